@@ -55,7 +55,15 @@ class ICRLEnv(environment.Environment):
             params = self.default_params
         if not isinstance(action, jax.core.Tracer) and not isinstance(params.action_mask, jax.core.Tracer):
             check_actions(np.asarray(action), np.asarray(self.action_mask(params)))
-        return super().step(key, state, action, params)
+        return self.transition(key, state, action, params)
+
+    def transition(self, key, state, action, params):
+        """The jitted step behind `step`, without the eager action check.
+
+        Defaults to gymnax's step (step_env, then an auto-reset selected by `done`). Environments
+        whose every step ends an episode (bandits) override this to skip the reset-and-select work.
+        """
+        return environment.Environment.step(self, key, state, action, params)
 
 
 def check_actions(actions: np.ndarray, action_mask: np.ndarray) -> None:
