@@ -1,0 +1,79 @@
+"""Algorithm Distillation (Laskin et al., 2022): predict the source algorithm's next action from
+its learning history, one token per step, with a categorical head over the action set."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from icrl_jax.data.dataset import StepWindows
+from icrl_jax.models.heads import smoothed_cross_entropy
+from icrl_jax.models.tokens import ADStepTokens
+from icrl_jax.models.transformer import Transformer
+
+
+class ADModel(nn.Module):
+    """Step tokens -> causal transformer -> logits over the (padded) action set."""
+
+    num_actions: int
+    num_observations: int | None
+    d_model: int
+    backbone: Transformer
+
+    @nn.compact
+    def __call__(self, observations, prev_actions, prev_rewards, deterministic: bool = True,
+                 return_attention: bool = False):
+        """Returns logits `(B, L, A)` (unmasked), plus attention maps when asked."""
+        tokens = ADStepTokens(self.d_model, self.num_actions, self.num_observations,
+                              name="tokens")(observations, prev_actions, prev_rewards)
+        hidden = self.backbone(tokens, deterministic=deterministic,
+                               return_attention=return_attention)
+        hidden, attention = hidden if return_attention else (hidden, None)
+        logits = nn.Dense(self.num_actions, name="action_head")(hidden)
+        return (logits, attention) if return_attention else logits
+
+
+class AD:
+    """The AD method: model, loss and in-context policy logits.
+
+    Args:
+      model_config: `d_model`, `label_smoothing` and the transformer fields of
+        `default_transformer_config()`.
+      num_actions: padded action-set size.
+      num_observations: number of discrete observation ids, or None for float vectors.
+    """
+
+    name = "ad"
+
+    def __init__(self, model_config: ml_collections.ConfigDict, num_actions: int,
+                 num_observations: int | None):
+        self.config = model_config
+        self.num_actions = num_actions
+        self.label_smoothing = float(model_config.label_smoothing)
+        backbone_config = {k: v for k, v in model_config.items()
+                           if k not in ("d_model", "label_smoothing")}
+        self.model = ADModel(num_actions, num_observations, model_config.d_model,
+                             Transformer(**backbone_config))
+
+    def init(self, key: jax.Array, example: StepWindows):
+        return self.model.init({"params": key}, example.observations, example.prev_actions,
+                               example.prev_rewards)["params"]
+
+    def loss(self, params, batch: StepWindows, key: jax.Array, deterministic: bool = False):
+        """Mean smoothed cross entropy over all window positions; returns (loss, metrics)."""
+        logits = self.model.apply({"params": params}, batch.observations, batch.prev_actions,
+                                  batch.prev_rewards, deterministic=deterministic,
+                                  rngs={"dropout": key})
+        mask = batch.action_mask[:, None, :]
+        loss = smoothed_cross_entropy(logits, batch.actions, mask, self.label_smoothing).mean()
+        masked = jnp.where(mask, logits, -jnp.inf)
+        accuracy = (jnp.argmax(masked, -1) == batch.actions).mean()
+        return loss, {"loss": loss, "accuracy": accuracy}
+
+    def context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
+        """Logits `(E, L, A)` for every position of an evaluation context (no dropout)."""
+        del key
+        return self.model.apply({"params": params}, context.observations, context.prev_actions,
+                                context.prev_rewards, deterministic=True)

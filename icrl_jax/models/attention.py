@@ -1,0 +1,78 @@
+"""Multi-head dot-product attention used by every model in the project."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
+    """Rotate pairs of features of `x` by position-dependent angles (RoPE).
+
+    Args:
+      x: `(B, T, H, Dh)` queries or keys, Dh even.
+      positions: int `(T,)` or `(B, T)` positions.
+    Returns:
+      `(B, T, H, Dh)`.
+    """
+    head_dim = x.shape[-1]
+    half = head_dim // 2
+    freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = positions[..., None].astype(jnp.float32) * freqs  # (..., T, half)
+    if angles.ndim == 2:
+        angles = angles[None]
+    cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).astype(x.dtype)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention.
+
+    Uses `jax.nn.dot_product_attention` (cuDNN flash attention on GPUs where available, XLA
+    elsewhere). When attention dropout is active or the attention weights are requested, it
+    computes the softmax explicitly, since the fused kernel exposes neither.
+    """
+
+    num_heads: int
+    dropout_rate: float = 0.0
+    rotary: bool = False
+    normalize_qk: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False):
+        """Args:
+          x: `(B, T, D)`.
+          mask: bool `(B or 1, 1, T, T)`, True where a query may attend to a key.
+          positions: int `(T,)` positions for rotary embeddings.
+        Returns:
+          `(B, T, D)`, and `(B, H, T, T)` attention weights when `return_weights`.
+        """
+        d_model = x.shape[-1]
+        if d_model % self.num_heads:
+            raise ValueError(f"model width {d_model} is not divisible by num_heads={self.num_heads}")
+        head_dim = d_model // self.num_heads
+        qkv = nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (B, T, H, Dh)
+        if self.normalize_qk:
+            q = nn.LayerNorm(name="q_norm")(q)
+            k = nn.LayerNorm(name="k_norm")(k)
+        if self.rotary:
+            q, k = rotary_embedding(q, positions), rotary_embedding(k, positions)
+
+        explicit = return_weights or (self.dropout_rate > 0.0 and not deterministic)
+        weights = None
+        if explicit:
+            logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(head_dim).astype(q.dtype)
+            logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+            weights = jax.nn.softmax(logits, axis=-1)
+            # Rows with no allowed key (never the case for causal masks) must stay zero.
+            weights = jnp.where(mask.any(-1, keepdims=True), weights, 0.0)
+            dropped = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
+            out = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
+        else:
+            out = jax.nn.dot_product_attention(q, k, v, mask=jnp.broadcast_to(
+                mask, (x.shape[0],) + mask.shape[1:]))
+        out = nn.DenseGeneral(d_model, axis=(-2, -1), name="out")(out)
+        return (out, weights) if return_weights else out

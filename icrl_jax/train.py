@@ -1,0 +1,210 @@
+"""Training: optimiser, jitted (scanned) train steps, data parallelism, checkpoints with resume.
+
+Every step's randomness is `fold_in(seed_key, step)`, so the result of a run does not depend on
+how many steps run per jitted call, on the number of devices, or on where it was interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable
+
+import chex
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from icrl_jax.data.dataset import StepWindows, sample_windows
+from icrl_jax.logging_utils import MetricsLogger, progress
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint written by a different model or run configuration."""
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array
+    params: Any
+    opt_state: Any
+
+
+def default_train_config() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(dict(
+        num_steps=2000,
+        batch_size=64,
+        seq_len=100,
+        steps_per_call=50,  # train steps fused into one jitted call (lax.scan)
+        learning_rate=3e-4,
+        warmup_steps=100,
+        min_lr_ratio=0.1,
+        weight_decay=1e-4,
+        b1=0.9,
+        b2=0.99,
+        grad_clip=1.0,
+        log_every=50,
+        checkpoint_every=500,
+        keep_checkpoints=2,
+    ))
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    """AdamW with linear warmup, cosine decay and global-norm gradient clipping."""
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=config.learning_rate,
+        warmup_steps=max(1, min(config.warmup_steps, config.num_steps - 1)),
+        decay_steps=max(config.num_steps, 2), end_value=config.learning_rate * config.min_lr_ratio)
+    return optax.chain(
+        optax.clip_by_global_norm(config.grad_clip),
+        optax.adamw(schedule, b1=config.b1, b2=config.b2, weight_decay=config.weight_decay),
+    )
+
+
+def data_mesh() -> Mesh:
+    """A 1-d mesh over all local devices; batches are split along its `data` axis."""
+    return Mesh(np.array(jax.devices()), ("data",))
+
+
+def make_train_step(method, optimizer: optax.GradientTransformation, batch_size: int,
+                    window: int, steps_per_call: int, mesh: Mesh) -> Callable:
+    """Build `train_steps(state, data, seed_key) -> (state, metrics)`, jitted.
+
+    Runs `steps_per_call` optimiser steps in one `lax.scan`. Each step samples its windows on
+    device and shards them over the mesh's `data` axis; parameters stay replicated, so XLA
+    inserts the gradient all-reduce. The same code runs on 1 or N devices.
+    Metrics are stacked over the inner steps: `{name: (steps_per_call,)}`.
+    """
+    num_devices = mesh.devices.size
+    if batch_size % num_devices:
+        raise ValueError(f"batch_size={batch_size} is not divisible by the {num_devices} devices")
+    batch_sharding = NamedSharding(mesh, P("data"))
+
+    def one_step(carry, _):
+        state, data, seed_key = carry
+        step_key = jax.random.fold_in(seed_key, state.step)
+        sample_key, dropout_key = jax.random.split(step_key)
+        batch = sample_windows(data, sample_key, batch_size, window)
+        batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+        (loss, metrics), grads = jax.value_and_grad(method.loss, has_aux=True)(
+            state.params, batch, dropout_key)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+        return (TrainState(state.step + 1, params, opt_state), data, seed_key), metrics
+
+    @chex.assert_max_traces(n=1)
+    def train_steps(state: TrainState, data: StepWindows, seed_key: jax.Array):
+        (state, _, _), metrics = jax.lax.scan(one_step, (state, data, seed_key), None,
+                                              length=steps_per_call)
+        return state, metrics
+
+    replicated = NamedSharding(mesh, P())
+    return jax.jit(train_steps, out_shardings=(replicated, replicated), donate_argnums=0)
+
+
+def init_train_state(method, optimizer, data: StepWindows, key: jax.Array, window: int,
+                     mesh: Mesh) -> TrainState:
+    example = sample_windows(data, key, 1, window)
+    params = method.init(key, example)
+    state = TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
+    return jax.device_put(state, NamedSharding(mesh, P()))
+
+
+class Checkpointer:
+    """Orbax checkpoints of a `TrainState`, tagged with a signature of the model that wrote them."""
+
+    def __init__(self, directory: str, signature: dict[str, Any], keep: int = 2):
+        self.directory = os.path.abspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self.signature = json.loads(json.dumps(signature, sort_keys=True, default=str))
+        self.signature_path = os.path.join(self.directory, "signature.json")
+        self.manager = ocp.CheckpointManager(
+            self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def save(self, state: TrainState) -> None:
+        with open(self.signature_path, "w") as f:
+            json.dump(self.signature, f, indent=1, sort_keys=True)
+        self.manager.save(int(state.step), args=ocp.args.StandardSave(state))
+        self.manager.wait_until_finished()
+
+    def restore(self, like: TrainState, step: int | None = None) -> TrainState:
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        if os.path.exists(self.signature_path):
+            with open(self.signature_path) as f:
+                saved = json.load(f)
+            if saved != self.signature:
+                diff = sorted(k for k in set(saved) | set(self.signature)
+                              if saved.get(k) != self.signature.get(k))
+                raise CheckpointMismatchError(
+                    f"checkpoint in {self.directory} was written by a different model; "
+                    f"differing fields: " + ", ".join(
+                        f"{k}: {saved.get(k)!r} (checkpoint) vs {self.signature.get(k)!r} (now)"
+                        for k in diff))
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        try:
+            return self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointMismatchError(
+                f"checkpoint {self.directory}/{step} does not match this model's parameters: {e}"
+            ) from e
+
+    def close(self):
+        self.manager.close()
+
+
+def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir: str,
+          signature: dict[str, Any], seed: int = 0, show_progress: bool = True) -> TrainState:
+    """Train `method` on `data`, resuming from the latest checkpoint in `workdir` if any.
+
+    Writes metrics to `workdir/metrics.jsonl` and TensorBoard, checkpoints to
+    `workdir/checkpoints`. Returns the final state (fetched to host).
+    """
+    if config.num_steps % config.steps_per_call:
+        raise ValueError(f"train.num_steps={config.num_steps} must be a multiple of "
+                         f"train.steps_per_call={config.steps_per_call}")
+    for name in ("log_every", "checkpoint_every"):
+        if config[name] % config.steps_per_call:
+            raise ValueError(f"train.{name}={config[name]} must be a multiple of "
+                             f"train.steps_per_call={config.steps_per_call}")
+    mesh = data_mesh()
+    optimizer = make_optimizer(config)
+    data = jax.device_put(data, NamedSharding(mesh, P()))
+    seed_key = jax.random.key(seed)
+    state = init_train_state(method, optimizer, data, jax.random.fold_in(seed_key, 2**31 - 1),
+                             config.seq_len, mesh)
+    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), signature,
+                                config.keep_checkpoints)
+    if checkpointer.latest_step() is not None:
+        state = jax.device_put(checkpointer.restore(state), NamedSharding(mesh, P()))
+    train_steps = make_train_step(method, optimizer, config.batch_size, config.seq_len,
+                                  config.steps_per_call, mesh)
+    logger = MetricsLogger(workdir, "train")
+    start = int(state.step)
+    bar = progress(total=config.num_steps, initial=start, desc="train", disable=not show_progress)
+    try:
+        while int(state.step) < config.num_steps:
+            state, metrics = train_steps(state, data, seed_key)
+            step = int(state.step)
+            bar.update(config.steps_per_call)
+            if step % config.log_every == 0:
+                means = {k: float(np.mean(v)) for k, v in jax.device_get(metrics).items()}
+                logger.write(step, means)
+                bar.set_postfix(loss=f"{means['loss']:.3f}", acc=f"{means['accuracy']:.2f}")
+            if step % config.checkpoint_every == 0 or step == config.num_steps:
+                checkpointer.save(state)
+    finally:
+        bar.close()
+        logger.close()
+        checkpointer.close()
+    return jax.device_get(state)
