@@ -128,6 +128,10 @@ class _Bandit(ICRLEnv):
     def action_space(self, params=None) -> spaces.Discrete:
         return spaces.Discrete(self.max_arms)
 
+    def is_truncated(self, state, params) -> jax.Array:
+        # Pulls end by termination, never by a time limit (keeps gymnax's generic step consistent).
+        return jnp.bool_(False)
+
     def _mask(self, num_arms: jax.Array) -> jax.Array:
         return jnp.arange(self.max_arms) < num_arms
 
