@@ -1,0 +1,155 @@
+"""Learning histories on device: `vmap` over tasks x `lax.scan` over steps of source x env.
+
+`generate_histories(env, source, params, num_steps, key)` returns a `History`; everything runs in
+one jitted program per (env, source, num_steps, chunk shape), with no Python loop per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs.core import ICRLEnv
+from icrl_jax.data.history import History
+from icrl_jax.data.sources import Source, Transition
+
+#: Per-step info recorded for bandits (envs with `expected_rewards`) when `with_info=True`.
+BANDIT_INFO = ("expected_reward", "optimal_expected_reward")
+
+
+def _env_step(env, key, state, action, params):
+    """gymnax step that also returns the true post-step obs/state (before the auto-reset).
+
+    Returns (next_obs, next_state, final_obs, final_state, reward, terminated, truncated).
+    Envs that override `ICRLEnv.transition` (bandits: every step is an episode) are stepped through
+    it; their final_state is the returned state. Otherwise this is gymnax's `Environment.step`,
+    written out so the pre-reset state (e.g. Key-to-Door's key flag) is not lost.
+    """
+    if isinstance(env, ICRLEnv) and type(env).transition is not ICRLEnv.transition:
+        obs, new_state, reward, term, trunc, info = env.transition(key, state, action, params)
+        return obs, new_state, info["final_observation"], new_state, reward, term, trunc
+    k_step, k_reset = jax.random.split(key)
+    obs_st, state_st, reward, term, _ = env.step_env(k_step, state, action, params)
+    trunc = env.is_truncated(state_st, params)
+    done = term | trunc
+    obs_re, state_re = env.reset_env(k_reset, params)
+    select = partial(jax.tree.map, lambda r, s: jax.lax.select(done, r, s))
+    return (select(obs_re, obs_st), select(state_re, state_st), obs_st, state_st,
+            reward.astype(jnp.float32), jnp.asarray(term, bool), jnp.asarray(trunc, bool))
+
+
+def _step_info(env, state, action, params) -> dict[str, jax.Array]:
+    if not hasattr(env, "expected_rewards"):
+        return {}
+    means = env.expected_rewards(state, params)
+    return {"expected_reward": means[action], "optimal_expected_reward": means.max()}
+
+
+@partial(jax.jit, static_argnames=("env", "source", "num_steps", "with_info"))
+def _generate(env, source: Source, num_steps: int, with_info: bool, keys, params):
+    """keys `(N,)`, params batched `(N, ...)` -> dict of `(N, T, ...)` arrays."""
+
+    def init_one(key, p):
+        k_src, k_env, k_run = jax.random.split(key, 3)
+        obs, env_state = env.reset(k_env, p)
+        return k_run, obs, env_state, source.init(k_src, p)
+
+    def step_one(carry, p):
+        key, obs, env_state, src_state = carry
+        key, k_act, k_env, k_upd = jax.random.split(key, 4)
+        action = jnp.asarray(source.act(k_act, src_state, obs, env_state, p), jnp.int32)
+        next_obs, next_state, final_obs, final_state, reward, term, trunc = _env_step(
+            env, k_env, env_state, action, p)
+        tr = Transition(obs=obs, action=action, reward=reward, next_obs=final_obs,
+                        terminated=term, truncated=trunc, env_state=env_state,
+                        next_env_state=final_state)
+        src_state = source.update(k_upd, src_state, tr, p)
+        out = {"observations": obs, "actions": action, "rewards": reward, "dones": term | trunc}
+        if with_info:
+            out.update(_step_info(env, env_state, action, p))
+        return (key, next_obs, next_state, src_state), out
+
+    carry = jax.vmap(init_one)(keys, params)
+    step_all = jax.vmap(step_one)
+
+    def scan_body(carry, _):
+        return step_all(carry, params)
+
+    _, out = jax.lax.scan(scan_body, carry, None, length=num_steps)
+    # scan stacks time first: (T, N, ...) -> (N, T, ...)
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), out)
+
+
+def generate_histories(env, source: Source, params: Any, num_steps: int, key: jax.Array, *,
+                       task_ids=None, chunk_size: int | None = None, with_info: bool = False,
+                       fast_rng: bool = True):
+    """Run `source` on every task in `params` for `num_steps` steps and record the histories.
+
+    Args:
+      env: an `ICRLEnv` (gymnax env, task in params, auto-reset keeps the task).
+      source: a `Source` (see `icrl_jax.data.sources`).
+      params: batched EnvParams with leading axis N (e.g. `env.task_params(task_ids)`).
+      num_steps: T, steps per history (across episodes).
+      key: PRNG key; history n uses `split(key, N)[n]`, so chunking does not change results.
+      task_ids: int `(N,)` recorded in the History (default `arange(N)`).
+      chunk_size: tasks per jitted call (memory bound); the last chunk is padded, so one trace.
+      with_info: also return per-step info `(N, T)` arrays; for bandits `expected_reward` of
+        the chosen arm and `optimal_expected_reward` (regret = their difference, summed).
+      fast_rng: trace with non-partitionable threefry (2-3x faster bits on CPU; it only changes
+        which random numbers a key yields, not their distribution).
+
+    Returns:
+      `History` with observations `(N, T, *obs_shape)`, actions int32 `(N, T)`, rewards float32
+      `(N, T)`, dones bool `(N, T)` (terminated | truncated), task_ids int32 `(N,)`, action_mask
+      bool `(N, A)`; and, with `with_info`, `(History, info dict)`.
+    """
+    leaves = jax.tree.leaves(params)
+    n = int(np.shape(leaves[0])[0])
+    task_ids = np.arange(n, dtype=np.int32) if task_ids is None else np.asarray(task_ids, np.int32)
+    if task_ids.shape != (n,):
+        raise ValueError(f"task_ids has shape {task_ids.shape}; expected ({n},) to match params")
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    keys = jax.random.split(key, n)
+    chunk = n if chunk_size is None else max(1, min(int(chunk_size), n))
+    ctx = jax.threefry_partitionable(False) if fast_rng else contextlib.nullcontext()
+    parts = []
+    with ctx:
+        for start in range(0, n, chunk):
+            idx = np.arange(start, start + chunk).clip(max=n - 1)  # pad the last chunk
+            sub = jax.tree.map(lambda x: x[idx], (keys, params))
+            out = _generate(env, source, int(num_steps), bool(with_info), *sub)
+            parts.append(jax.tree.map(lambda x: x[: min(chunk, n - start)], out))
+    out = parts[0] if len(parts) == 1 else jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
+    history = History(observations=out.pop("observations"), actions=out.pop("actions"),
+                      rewards=out.pop("rewards").astype(jnp.float32), dones=out.pop("dones"),
+                      task_ids=jnp.asarray(task_ids),
+                      action_mask=jnp.asarray(params.action_mask, bool))
+    return (history, out) if with_info else history
+
+
+def episode_returns(history: History) -> np.ndarray:
+    """Return of every complete episode, float32 `(N, E)` (assumes equal-length episodes, as in
+    fixed-horizon grid worlds without early termination; otherwise use `episode_returns_ragged`)."""
+    rewards, dones = np.asarray(history.rewards), np.asarray(history.dones)
+    ends = dones[0].nonzero()[0]
+    if not (dones == dones[:1]).all():
+        raise ValueError("episodes differ in length across histories; use episode_returns_ragged")
+    cum = np.cumsum(rewards, axis=1)[:, ends]
+    return np.diff(np.concatenate([np.zeros_like(cum[:, :1]), cum], axis=1), axis=1)
+
+
+def episode_returns_ragged(history: History) -> list[np.ndarray]:
+    """Per history, the float32 returns `(E_n,)` of its complete episodes, in order."""
+    rewards, dones = np.asarray(history.rewards), np.asarray(history.dones)
+    result = []
+    for r, d in zip(rewards, dones):
+        ends = d.nonzero()[0]
+        cum = np.cumsum(r)[ends]
+        result.append(np.diff(np.concatenate([[0.0], cum])).astype(np.float32))
+    return result

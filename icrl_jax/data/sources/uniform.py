@@ -1,0 +1,53 @@
+"""Uniform random policy over the task's available actions."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from icrl_jax.data import sources
+
+
+def masked_uniform_action(key: jax.Array, action_mask: jax.Array) -> jax.Array:
+    """An available action uniformly at random, int32 `()`; action_mask: bool `(A,)`."""
+    return uniform_pick(jax.random.uniform(key), action_mask)
+
+
+def uniform_pick(u: jax.Array, action_mask: jax.Array) -> jax.Array:
+    """The floor(u * n)-th of the n available actions for u ~ U[0, 1): one uniform, not A
+    (a Gumbel/categorical draw would cost A uniforms per step)."""
+    counts = jnp.cumsum(action_mask.astype(jnp.int32))
+    k = jnp.minimum((u * counts[-1]).astype(jnp.int32), counts[-1] - 1)
+    return jnp.argmax(counts > k).astype(jnp.int32)
+
+
+def rotated_argmax(u: jax.Array, values: jax.Array, action_mask: jax.Array) -> jax.Array:
+    """argmax over available actions; ties go to the first tied index after a random cyclic
+    offset floor(u * A). One uniform instead of A; each tied index can win, though not with
+    exactly equal probability."""
+    num = values.shape[0]
+    offset = jnp.minimum((u * num).astype(jnp.int32), num - 1)
+    rolled = jnp.roll(jnp.where(action_mask, values, -jnp.inf), -offset)
+    return ((jnp.argmax(rolled) + offset) % num).astype(jnp.int32)
+
+
+def masked_argmax(key: jax.Array, values: jax.Array, action_mask: jax.Array) -> jax.Array:
+    """argmax of `values` `(A,)` over available actions, ties broken uniformly at random."""
+    values = jnp.where(action_mask, values, -jnp.inf)
+    best = values == values.max()
+    return jnp.argmax(jnp.where(best, jax.random.uniform(key, values.shape), -1.0)).astype(jnp.int32)
+
+
+def uniform_random() -> "sources.Source":
+    """Source that ignores everything and picks available actions uniformly (state: `()`)."""
+
+    def init(key, params):
+        return ()
+
+    def act(key, state, obs, env_state, params):
+        return masked_uniform_action(key, params.action_mask)
+
+    def update(key, state, transition, params):
+        return state
+
+    return sources.Source(init, act, update, name="uniform_random")
