@@ -1,0 +1,139 @@
+"""Behaviour of the source algorithms on the real environments (small and fast)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from icrl_jax.data.histories import episode_returns, episode_returns_ragged, generate_histories
+from icrl_jax.data.sources import (linucb, noisy_oracle, q_learning, sample_beta,
+                                   thompson_sampling, uniform_random)
+
+
+def _regret(info):
+    return np.asarray(info["optimal_expected_reward"] - info["expected_reward"]).sum(1)
+
+
+@pytest.fixture(scope="module")
+def bandit():
+    env = envs.make("bernoulli_bandit", arms=10)
+    return env, env.task_params(np.arange(200))
+
+
+def test_thompson_regret_below_random_and_best_arm_rate_rises(bandit):
+    env, params = bandit
+    h_ts, info_ts = generate_histories(env, thompson_sampling(), params, 300,
+                                       jax.random.PRNGKey(0), with_info=True)
+    _, info_rand = generate_histories(env, uniform_random(), params, 300,
+                                      jax.random.PRNGKey(0), with_info=True)
+    assert _regret(info_ts).mean() < 0.4 * _regret(info_rand).mean()
+    best = np.asarray(info_ts["expected_reward"] == info_ts["optimal_expected_reward"])
+    assert best[:, -50:].mean() > best[:, :50].mean() + 0.2
+
+
+@pytest.mark.parametrize("sampler", ["exact", "mt_vmap_loop", "jax"])
+def test_beta_samplers_match_moments(sampler):
+    a = jnp.array([1.0, 2.0, 30.0, 1.0, 150.0])
+    b = jnp.array([1.0, 5.0, 3.0, 200.0, 150.0])
+    keys = jax.random.split(jax.random.PRNGKey(1), 20000)
+    draws = np.asarray(jax.jit(jax.vmap(lambda k: sample_beta(k, a, b, sampler)))(keys))
+    a, b = np.asarray(a), np.asarray(b)
+    mean = a / (a + b)
+    var = a * b / ((a + b) ** 2 * (a + b + 1))
+    assert np.all(np.abs(draws.mean(0) - mean) < 4.5 * np.sqrt(var / 20000))
+    np.testing.assert_allclose(draws.var(0), var, rtol=0.06)
+    assert np.all((draws > 0) & (draws < 1))
+
+
+def test_exact_sampler_unbatched_call():
+    x = jax.jit(lambda k: sample_beta(k, jnp.array([3.0, 1.0]), jnp.array([2.0, 9.0])))(
+        jax.random.PRNGKey(0))
+    assert x.shape == (2,) and np.all((np.asarray(x) > 0) & (np.asarray(x) < 1))
+
+
+def test_linucb_beats_random_on_contextual_bandit():
+    env = envs.make("contextual_bandit", arms=(4, 20))
+    params = env.task_params(np.arange(100))
+    _, info_ucb = generate_histories(env, linucb(alpha=1.0), params, 300, jax.random.PRNGKey(0),
+                                     with_info=True)
+    _, info_rand = generate_histories(env, uniform_random(), params, 300, jax.random.PRNGKey(0),
+                                      with_info=True)
+    assert _regret(info_ucb).mean() < 0.5 * _regret(info_rand).mean()
+
+
+def test_q_learning_reaches_goal_on_darkroom():
+    env = envs.make("darkroom")
+    params = env.task_params(np.arange(0, 80, 4))
+    episodes = 150
+    src = q_learning(env, episodes, lr=0.3, discount=0.9)
+    h = generate_histories(env, src, params, episodes * 50, jax.random.PRNGKey(0))
+    returns = episode_returns(h)
+    assert returns.shape == (20, episodes)
+    assert (returns[:, -10:] > 0).mean() > 0.9
+    assert returns[:, -10:].mean() > returns[:, :10].mean() + 5
+
+
+def test_q_learning_reaches_goal_on_composite_darkroom():
+    env = envs.make("darkroom_composite")
+    params = env.task_params(np.arange(0, 80, 4))
+    h = generate_histories(env, q_learning(env, 200), params, 200 * 20, jax.random.PRNGKey(0))
+    returns = episode_returns_ragged(h)
+    late = np.mean([r[-20:].mean() for r in returns])
+    assert late > 0.8
+
+
+def test_q_learning_opens_the_door_on_key_to_door():
+    env = envs.make("key_to_door")
+    params = env.task_params(np.arange(0, 6480, 324))
+    episodes = 500
+    src = q_learning(env, episodes, lr=0.3, discount=0.95)
+    h = generate_histories(env, src, params, episodes * 50, jax.random.PRNGKey(0))
+    returns = episode_returns_ragged(h)
+    late = np.concatenate([r[-50:] for r in returns])
+    early = np.concatenate([r[:50] for r in returns])
+    assert (late == 2).mean() > 0.7
+    assert late.mean() > early.mean() + 0.5
+
+
+@pytest.mark.parametrize("name", ["darkroom", "key_to_door"])
+def test_noisy_oracle_return_rises_as_eps_decays(name):
+    env = envs.make(name)
+    params = env.task_params(np.arange(0, env.num_tasks, env.num_tasks // 16))
+    steps = 50 * 40
+    h = generate_histories(env, noisy_oracle(env, steps), params, steps, jax.random.PRNGKey(0))
+    returns = episode_returns_ragged(h)
+    early = np.mean([r[:5].mean() for r in returns])
+    late = np.mean([r[-4:].mean() for r in returns])
+    assert late > early + 0.5
+    assert late > 0.8 * np.mean(np.asarray(jax.vmap(env.optimal_return)(params)))
+
+
+def test_noisy_oracle_on_composite_darkroom_and_bandit():
+    env = envs.make("darkroom_composite")
+    params = env.task_params(np.arange(0, 80, 8), actions="train")
+    h = generate_histories(env, noisy_oracle(env, 400, decay_fraction=0.5), params, 400,
+                           jax.random.PRNGKey(0))
+    late = np.mean([r[-5:].mean() for r in episode_returns_ragged(h)])
+    assert late >= np.mean(np.asarray(jax.vmap(env.optimal_return)(params))) - 0.1
+    bandit = envs.make("bernoulli_bandit", arms=(4, 20))
+    bp = bandit.task_params(np.arange(50))
+    _, info = generate_histories(bandit, noisy_oracle(bandit, 100, decay_fraction=0.5), bp, 100,
+                                 jax.random.PRNGKey(0), with_info=True)
+    best = np.asarray(info["expected_reward"] == info["optimal_expected_reward"])
+    assert best[:, -40:].all()
+
+
+def test_random_respects_action_mask():
+    env = envs.make("bernoulli_bandit", arms=(4, 20))
+    params = env.task_params(np.arange(64))
+    for src in (uniform_random(), thompson_sampling()):
+        h = generate_histories(env, src, params, 200, jax.random.PRNGKey(3))
+        mask = np.asarray(h.action_mask)
+        picked = np.take_along_axis(mask, np.asarray(h.actions), axis=1)
+        assert picked.all()
+        assert np.asarray(h.actions).max() >= 4  # masks really vary and wide arms are used
+    room = envs.make("darkroom_composite")
+    rp = room.task_params(np.arange(8), actions="sliced_test")
+    h = generate_histories(room, uniform_random(), rp, 300, jax.random.PRNGKey(0))
+    assert np.asarray(h.actions).max() < 50
