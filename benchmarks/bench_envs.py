@@ -130,7 +130,7 @@ def render(rows: list[dict], argv: list[str]) -> str:
     names = [n for n in ENV_NAMES if any(r["env"] == n for r in rows)]
     lines = [
         SECTION, "",
-        f"Command: `python benchmarks/bench_envs.py {' '.join(argv)}`".replace(" `", " `").rstrip(),
+        f"Command: `{' '.join(['python benchmarks/bench_envs.py', *argv])}`",
         f"Hardware: {cpu_model()}, {os.cpu_count()} cores visible, CPU backend "
         f"(jax {jax.__version__}, {jax.devices()[0].platform}); the cores were shared with other "
         "engineers' jobs while this ran, so absolute numbers are noisy (ratios within one run are "
@@ -140,6 +140,14 @@ def render(rows: list[dict], argv: list[str]) -> str:
         "`scan(vmap(step))` call (compile excluded). Ratio = steps/s over gymnax "
         "`BernoulliBandit-misc` at the same N in the same run. Peak RSS = `ru_maxrss` of that env's "
         "own benchmark process after this N (cumulative peak, JAX runtime included).",
+        "",
+        "Reading the numbers: the harness draws one PRNG key per env per step (as a real rollout "
+        "must). `darkroom` and `darkroom_composite` never consume the step key (deterministic "
+        "moves, fixed start), so XLA drops that key split and their small scan bodies compile to a "
+        "tight native loop; they are measured honestly but are not a like-for-like comparison "
+        "with the bandits. `key_to_door` uses the key only for the random start cell on reset. "
+        "Our bandits override `transition` so a pull is one uniform draw and one gather, with no "
+        "reset-and-select (gymnax's generic step splits the key, samples, resets and selects).",
         "",
         "| env | N | T | steps/s | vs gymnax | peak RSS (MiB) |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
