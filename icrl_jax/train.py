@@ -95,8 +95,12 @@ def make_train_step(method, optimizer: optax.GradientTransformation, batch_size:
             state.params, batch, dropout_key)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+        metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
         return (TrainState(state.step + 1, params, opt_state), data, seed_key), metrics
+
+    # chex keys its trace counter by definition site, so a new trainer in the same process (a
+    # test, a sweep) starts from zero; within one trainer a second trace raises.
+    chex.clear_trace_counter()
 
     @chex.assert_max_traces(n=1)
     def train_steps(state: TrainState, data: StepWindows, seed_key: jax.Array):
@@ -164,8 +168,12 @@ class Checkpointer:
 
 
 def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir: str,
-          signature: dict[str, Any], seed: int = 0, show_progress: bool = True) -> TrainState:
+          signature: dict[str, Any], seed: int = 0, show_progress: bool = True,
+          stop_at: int | None = None) -> TrainState:
     """Train `method` on `data`, resuming from the latest checkpoint in `workdir` if any.
+
+    `stop_at` ends the run early at that step, after checkpointing it, as a preempted job
+    would; running again with the same config resumes and ends where an uninterrupted run ends.
 
     Writes metrics to `workdir/metrics.jsonl` and TensorBoard, checkpoints to
     `workdir/checkpoints`. Returns the final state (fetched to host).
@@ -193,7 +201,8 @@ def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir:
     start = int(state.step)
     bar = progress(total=config.num_steps, initial=start, desc="train", disable=not show_progress)
     try:
-        while int(state.step) < config.num_steps:
+        end = config.num_steps if stop_at is None else min(stop_at, config.num_steps)
+        while int(state.step) < end:
             state, metrics = train_steps(state, data, seed_key)
             step = int(state.step)
             bar.update(config.steps_per_call)
@@ -201,7 +210,7 @@ def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir:
                 means = {k: float(np.mean(v)) for k, v in jax.device_get(metrics).items()}
                 logger.write(step, means)
                 bar.set_postfix(loss=f"{means['loss']:.3f}", acc=f"{means['accuracy']:.2f}")
-            if step % config.checkpoint_every == 0 or step == config.num_steps:
+            if step % config.checkpoint_every == 0 or step in (config.num_steps, end):
                 checkpointer.save(state)
     finally:
         bar.close()

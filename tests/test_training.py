@@ -1,0 +1,163 @@
+"""Model, training loop, checkpoints and resume, multi-device equivalence, bad-input errors."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from icrl_jax.data.dataset import check_dataset, sample_windows, to_step_windows
+from icrl_jax.data.history import History, HistoryFormatError
+from icrl_jax.evaluate import empty_context, push_observation, record_outcome
+from icrl_jax.methods.ad import AD
+from icrl_jax.models.heads import smoothed_cross_entropy
+from icrl_jax.models.transformer import default_transformer_config
+from icrl_jax.train import (CheckpointMismatchError, Checkpointer, default_train_config,
+                            init_train_state, make_optimizer, train, data_mesh)
+
+NUM_OBS, NUM_ACTIONS = 16, 4
+
+
+def copy_task_history(n=32, t=64, seed=0) -> History:
+    """Histories whose action is a fixed function of the observation: obs mod num_actions."""
+    rng = np.random.default_rng(seed)
+    obs = rng.integers(0, NUM_OBS, (n, t)).astype(np.int32)
+    return History(observations=obs, actions=(obs % NUM_ACTIONS).astype(np.int32),
+                   rewards=rng.random((n, t)).astype(np.float32), dones=np.zeros((n, t), bool),
+                   task_ids=np.arange(n, dtype=np.int32), action_mask=np.ones((n, NUM_ACTIONS), bool))
+
+
+def tiny_method(**overrides):
+    config = default_transformer_config()
+    config.update(dict(d_model=32, num_layers=1, num_heads=2, max_len=32, label_smoothing=0.0))
+    config.update(overrides)
+    return AD(config, NUM_ACTIONS, NUM_OBS)
+
+
+def tiny_train_config(**overrides):
+    config = default_train_config()
+    config.update(dict(num_steps=40, batch_size=8, seq_len=16, steps_per_call=10, log_every=10,
+                       checkpoint_every=20, learning_rate=3e-3, warmup_steps=5))
+    config.update(overrides)
+    return config
+
+
+def test_tiny_ad_learns_a_copy_task(tmp_path):
+    data = to_step_windows(copy_task_history())
+    config = tiny_train_config(num_steps=300, steps_per_call=50, log_every=50, checkpoint_every=300)
+    method = tiny_method()
+    state = train(method, data, config, str(tmp_path), {"m": 1}, show_progress=False)
+    batch = sample_windows(data, jax.random.PRNGKey(5), 16, 16)
+    loss, metrics = method.loss(state.params, batch, jax.random.PRNGKey(0), deterministic=True)
+    assert metrics["accuracy"] > 0.95
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and '"phase": "train"' in lines[0]
+
+
+def test_resumed_run_matches_uninterrupted(tmp_path):
+    data = to_step_windows(copy_task_history())
+    config = tiny_train_config()
+    full = train(tiny_method(), data, config, str(tmp_path / "full"), {"m": 1}, show_progress=False)
+    partial = train(tiny_method(), data, config, str(tmp_path / "resumed"), {"m": 1},
+                    show_progress=False, stop_at=20)
+    assert int(partial.step) == 20
+    resumed = train(tiny_method(), data, config, str(tmp_path / "resumed"), {"m": 1},
+                    show_progress=False)
+    assert int(resumed.step) == 40
+    for a, b in zip(jax.tree.leaves(full.params), jax.tree.leaves(resumed.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_checkpoint_round_trip_and_mismatch(tmp_path):
+    data = to_step_windows(copy_task_history())
+    method = tiny_method()
+    config = tiny_train_config()
+    state = init_train_state(method, make_optimizer(config), data, jax.random.PRNGKey(1), 16,
+                             data_mesh())
+    checkpointer = Checkpointer(str(tmp_path), {"model": "a"})
+    checkpointer.save(state)
+    restored = checkpointer.restore(state)
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    checkpointer.close()
+    with pytest.raises(CheckpointMismatchError, match="model: 'a' \\(checkpoint\\) vs 'b'"):
+        Checkpointer(str(tmp_path), {"model": "b"}).restore(state)
+
+
+def test_train_step_traces_once(tmp_path):
+    # chex.assert_max_traces(n=1) on the jitted step raises if it retraces between calls.
+    data = to_step_windows(copy_task_history())
+    train(tiny_method(), data, tiny_train_config(num_steps=50, checkpoint_every=50), str(tmp_path),
+          {"m": 1}, show_progress=False)
+
+
+def test_eight_fake_devices_give_the_same_loss(tmp_path):
+    """Data parallel over 8 CPU devices reproduces the single-device losses."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import jax
+        from test_training import copy_task_history, tiny_method, tiny_train_config
+        from icrl_jax.data.dataset import to_step_windows
+        from icrl_jax.train import train
+        workdir = sys.argv[1]
+        train(tiny_method(), to_step_windows(copy_task_history()), tiny_train_config(), workdir,
+              {{"m": 1}}, show_progress=False)
+        print(jax.device_count())
+    """)
+    losses = {}
+    for devices in (1, 8):
+        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+                   JAX_PLATFORMS="cpu")
+        workdir = tmp_path / str(devices)
+        out = subprocess.run([sys.executable, "-c", script, str(workdir)], env=env,
+                             capture_output=True, text=True, check=True)
+        assert out.stdout.strip().splitlines()[-1] == str(devices)
+        import json
+        losses[devices] = [json.loads(l)["loss"] for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose(losses[1], losses[8], rtol=1e-4)
+
+
+def test_label_smoothing_ignores_masked_actions():
+    logits = jnp.array([[2.0, 0.0, 5.0, -1.0]])
+    mask = jnp.array([[True, True, False, True]])
+    loss_masked = smoothed_cross_entropy(logits, jnp.array([0]), mask, 0.3)
+    # Equivalent to the same loss on the 3 available actions alone.
+    loss_dense = smoothed_cross_entropy(logits[:, [0, 1, 3]], jnp.array([0]),
+                                        jnp.ones((1, 3), bool), 0.3)
+    np.testing.assert_allclose(loss_masked, loss_dense, rtol=1e-6)
+
+
+def test_sliding_context_keeps_the_last_steps_in_order():
+    context = empty_context(3, jnp.zeros((), jnp.int32), jnp.ones(NUM_ACTIONS, bool))
+    for t in range(5):
+        context, index = push_observation(context, jnp.int32(10 + t))
+        assert int(index) == min(t, 2)
+        context = record_outcome(context, jnp.int32(t % NUM_ACTIONS), jnp.float32(t))
+    window = context.window
+    np.testing.assert_array_equal(window.observations[0], [12, 13, 14])
+    np.testing.assert_array_equal(window.prev_actions[0], [1, 2, 3])  # actions of steps 1..3
+    np.testing.assert_array_equal(window.prev_rewards[0], [1.0, 2.0, 3.0])
+
+
+def test_first_token_has_no_previous_action():
+    data = to_step_windows(copy_task_history(n=2, t=5))
+    assert (np.asarray(data.prev_actions[:, 0]) == NUM_ACTIONS).all()
+    np.testing.assert_array_equal(data.prev_actions[:, 1:], data.actions[:, :-1])
+
+
+def test_dataset_with_wrong_shapes_is_refused():
+    history = copy_task_history(n=4, t=20)
+    bad = history.replace(rewards=history.rewards[:, :10])
+    with pytest.raises(HistoryFormatError, match="rewards has shape"):
+        bad.validate()
+    with pytest.raises(HistoryFormatError, match="model expects 6"):
+        check_dataset(history, num_actions=6, num_observations=NUM_OBS, observation_shape=(),
+                      window=16)
+    with pytest.raises(HistoryFormatError, match="shorter than the training window"):
+        check_dataset(history, num_actions=NUM_ACTIONS, num_observations=NUM_OBS,
+                      observation_shape=(), window=32)
