@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax.data import sources
-from icrl_jax.data.sources.uniform import uniform_pick
+from icrl_jax.data.sources.uniform import first_argmax, uniform_pick
 
 
 def _distance(env, pos, target_cell):
@@ -45,13 +45,12 @@ def grid_oracle_action(env, env_state, params) -> jax.Array:
         # and on the Key-to-Door key cell at an episode's start a noop picks the key up.
         scores = _distance(env, ends, target)
     scores = jnp.where(params.action_mask, scores, jnp.iinfo(jnp.int32).max)
-    return jnp.argmin(scores).astype(jnp.int32)
+    return first_argmax(-scores)
 
 
 def _oracle_for(env):
     if hasattr(env, "expected_rewards"):
-        return lambda env_state, params: jnp.argmax(
-            env.expected_rewards(env_state, params)).astype(jnp.int32)
+        return lambda env_state, params: first_argmax(env.expected_rewards(env_state, params))
     return lambda env_state, params: grid_oracle_action(env, env_state, params)
 
 

@@ -2,7 +2,7 @@
 
 Q starts uniform in [0, 1) (as in the Headless-AD generator) or at zero; epsilon decays linearly
 per *episode* from `eps_start` to `eps_end` over `decay_fraction * num_episodes` episodes. The
-greedy ties are broken from a random cyclic offset (`rotated_argmax`). The
+with zero init, greedy ties are broken from a random cyclic offset (`rotated_argmax`). The
 bootstrap target uses the true next state (not gymnax's auto-reset one) and is cut only on
 termination, so time-limit truncation still bootstraps.
 """
@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax.data import sources
-from icrl_jax.data.sources.uniform import rotated_argmax, uniform_pick
+from icrl_jax.data.sources.uniform import first_argmax, rotated_argmax, uniform_pick
 
 
 def key_flag_index(num_cells: int) -> Callable:
@@ -69,7 +69,12 @@ def q_learning(env, num_episodes: int, lr: float = 0.9933, discount: float = 0.6
     def act(key, state, obs, env_state, params):
         # Three uniforms from one draw: explore coin, random action, tie-break offset.
         u = jax.random.uniform(key, (3,))
-        greedy = rotated_argmax(u[2], state["q"][index(obs, env_state)], params.action_mask)
+        row = state["q"][index(obs, env_state)]
+        if q_init == "uniform":
+            # Continuous random init: exact ties have probability ~0, so skip the tie-break.
+            greedy = first_argmax(jnp.where(params.action_mask, row, -jnp.inf))
+        else:
+            greedy = rotated_argmax(u[2], row, params.action_mask)
         explore = u[0] < epsilon(state["episode"])
         return jnp.where(explore, uniform_pick(u[1], params.action_mask), greedy)
 

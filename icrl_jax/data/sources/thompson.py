@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
 from icrl_jax.data import sources
+from icrl_jax.data.sources.uniform import first_argmax
 
 BETA_SAMPLERS = ("exact", "mt_vmap_loop", "mt_fixed", "jax")
 
@@ -162,7 +163,7 @@ def thompson_sampling(sampler: str = "exact", proposals: int = 2,
     def act(key, state, obs, env_state, params):
         # Continuous draws tie with probability 0: a plain argmax needs no tie-break randomness.
         theta = jnp.where(params.action_mask, sample(key, *state), -jnp.inf)
-        return jnp.argmax(theta).astype(jnp.int32)
+        return first_argmax(theta)
 
     def update(key, state, tr, params):
         alpha, beta = state

@@ -8,6 +8,17 @@ import jax.numpy as jnp
 from icrl_jax.data import sources
 
 
+def first_argmax(values: jax.Array) -> jax.Array:
+    """jnp.argmax over the last axis (first maximal index, int32) as two plain reductions.
+
+    XLA:CPU lowers argmax to a variadic (value, index) reduce that does not vectorise; max then
+    min-of-matching-index is ~4x faster on the 125-action Q rows (measured in bench_histories).
+    """
+    iota = jnp.arange(values.shape[-1], dtype=jnp.int32)
+    best = values.max(axis=-1, keepdims=True)
+    return jnp.min(jnp.where(values == best, iota, values.shape[-1]), axis=-1).astype(jnp.int32)
+
+
 def masked_uniform_action(key: jax.Array, action_mask: jax.Array) -> jax.Array:
     """An available action uniformly at random, int32 `()`; action_mask: bool `(A,)`."""
     return uniform_pick(jax.random.uniform(key), action_mask)
@@ -18,7 +29,8 @@ def uniform_pick(u: jax.Array, action_mask: jax.Array) -> jax.Array:
     (a Gumbel/categorical draw would cost A uniforms per step)."""
     counts = jnp.cumsum(action_mask.astype(jnp.int32))
     k = jnp.minimum((u * counts[-1]).astype(jnp.int32), counts[-1] - 1)
-    return jnp.argmax(counts > k).astype(jnp.int32)
+    # counts is non-decreasing: the index of the first count > k is the number of counts <= k.
+    return jnp.sum(counts <= k).astype(jnp.int32)
 
 
 def rotated_argmax(u: jax.Array, values: jax.Array, action_mask: jax.Array) -> jax.Array:
@@ -28,14 +40,14 @@ def rotated_argmax(u: jax.Array, values: jax.Array, action_mask: jax.Array) -> j
     num = values.shape[0]
     offset = jnp.minimum((u * num).astype(jnp.int32), num - 1)
     rolled = jnp.roll(jnp.where(action_mask, values, -jnp.inf), -offset)
-    return ((jnp.argmax(rolled) + offset) % num).astype(jnp.int32)
+    return ((first_argmax(rolled) + offset) % num).astype(jnp.int32)
 
 
 def masked_argmax(key: jax.Array, values: jax.Array, action_mask: jax.Array) -> jax.Array:
     """argmax of `values` `(A,)` over available actions, ties broken uniformly at random."""
     values = jnp.where(action_mask, values, -jnp.inf)
     best = values == values.max()
-    return jnp.argmax(jnp.where(best, jax.random.uniform(key, values.shape), -1.0)).astype(jnp.int32)
+    return first_argmax(jnp.where(best, jax.random.uniform(key, values.shape), -1.0))
 
 
 def uniform_random() -> "sources.Source":
