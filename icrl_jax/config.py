@@ -37,6 +37,8 @@ def base_config() -> ml_collections.ConfigDict:
     ))
     config.model = default_transformer_config()
     config.model.label_smoothing = 0.0
+    # Grid worlds: add the cell's (row, column) features to its id embedding.
+    config.model.grid_observations = False
     config.train = default_train_config()
     config.eval = ml_collections.ConfigDict(dict(
         num_steps=500,  # in-context steps per evaluation rollout

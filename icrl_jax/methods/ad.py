@@ -21,13 +21,14 @@ class ADModel(nn.Module):
     num_observations: int | None
     d_model: int
     backbone: Transformer
+    grid_size: int | None = None
 
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, deterministic: bool = True,
                  return_attention: bool = False):
         """Returns logits `(B, L, A)` (unmasked), plus attention maps when asked."""
         tokens = ADStepTokens(self.d_model, self.num_actions, self.num_observations,
-                              name="tokens")(observations, prev_actions, prev_rewards)
+                              self.grid_size, name="tokens")(observations, prev_actions, prev_rewards)
         hidden = self.backbone(tokens, deterministic=deterministic,
                                return_attention=return_attention)
         hidden, attention = hidden if return_attention else (hidden, None)
@@ -43,19 +44,19 @@ class AD:
         `default_transformer_config()`.
       num_actions: padded action-set size.
       num_observations: number of discrete observation ids, or None for float vectors.
+      grid_size: side of the grid whose cells the observation ids are (see
+        `ObservationEmbedding`); None embeds ids by table alone.
     """
 
     name = "ad"
 
     def __init__(self, model_config: ml_collections.ConfigDict, num_actions: int,
-                 num_observations: int | None):
+                 num_observations: int | None, grid_size: int | None = None):
         self.config = model_config
         self.num_actions = num_actions
         self.label_smoothing = float(model_config.label_smoothing)
-        backbone_config = {k: v for k, v in model_config.items()
-                           if k not in ("d_model", "label_smoothing")}
         self.model = ADModel(num_actions, num_observations, model_config.d_model,
-                             Transformer(**backbone_config))
+                             Transformer.from_config(model_config), grid_size)
 
     def init(self, key: jax.Array, example: StepWindows):
         return self.model.init({"params": key}, example.observations, example.prev_actions,

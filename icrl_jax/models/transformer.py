@@ -85,17 +85,26 @@ class Transformer(nn.Module):
     causal: bool = True
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, **overrides) -> "Transformer":
-        kwargs = {k: config[k] for k in config.keys() if k != "d_model"}
+    def from_config(cls, config, **overrides) -> "Transformer":
+        """Build from a model config, taking only the fields the backbone has (a method's own
+        fields, such as d_model or label_smoothing, stay with the method)."""
+        fields = set(cls.__dataclass_fields__) - {"parent", "name"}
+        kwargs = {k: v for k, v in dict(config).items() if k in fields}
         kwargs.update(overrides)
         return cls(**kwargs)
 
     @nn.compact
     def __call__(self, x: jax.Array, padding_mask: jax.Array | None = None,
-                 deterministic: bool = True, return_attention: bool = False):
+                 deterministic: bool = True, return_attention: bool = False,
+                 attention_mask: jax.Array | None = None, positions: jax.Array | None = None):
         """Args:
           x: `(B, T, D)` token embeddings.
           padding_mask: optional bool `(B, T)`, False for padding tokens (never attended to).
+          attention_mask: optional bool `(B or 1, 1, T, T)` (True = query may attend to key) that
+            replaces the causal/full mask, for sequences with a non-causal part (Headless-AD's
+            action-set prompt); `padding_mask` still applies on top.
+          positions: optional int `(T,)` position ids (default `arange(T)`); tokens that must be
+            interchangeable (a set) share one id.
         Returns:
           `(B, T, D)` hidden states, plus a list of per-layer `(B, H, T, T)` attention weights
           when `return_attention`.
@@ -103,18 +112,21 @@ class Transformer(nn.Module):
         if self.position not in POSITION_KINDS:
             raise ValueError(f"position must be one of {POSITION_KINDS}, got {self.position!r}")
         batch, length, d_model = x.shape
-        if length > self.max_len and self.position == "learned":
+        if positions is None and length > self.max_len and self.position == "learned":
             raise ValueError(f"sequence of {length} tokens exceeds max_len={self.max_len}")
-        positions = jnp.arange(length)
+        positions = jnp.arange(length) if positions is None else positions
         if self.position == "learned":
             table = self.param("position_embedding", nn.initializers.normal(0.02),
                                (self.max_len, d_model))
-            x = x + table[:length].astype(x.dtype)
+            x = x + jnp.take(table, positions, axis=0).astype(x.dtype)
         x = nn.Dropout(self.embedding_dropout)(x, deterministic=deterministic)
 
-        mask = jnp.ones((1, 1, length, length), bool)
-        if self.causal:
-            mask = jnp.tril(mask)
+        if attention_mask is not None:
+            mask = attention_mask
+        else:
+            mask = jnp.ones((1, 1, length, length), bool)
+            if self.causal:
+                mask = jnp.tril(mask)
         if padding_mask is not None:
             mask = mask & padding_mask[:, None, None, :]
 
