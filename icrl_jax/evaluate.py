@@ -9,11 +9,15 @@ changes per step, hence one compilation for the whole rollout.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import flax.struct
 import jax
 import jax.numpy as jnp
 
 from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.sources import ParamSource, Source
 from icrl_jax.models.heads import select_actions
 
 
@@ -86,27 +90,46 @@ def context_policy_action(method, params, context: ContextState, observation: ja
     return context, action
 
 
-def in_context_source(method, params, env, context_len: int, greedy: bool):
-    """The trained model as a `Source`: its state is the sliding context of its own history.
+@dataclasses.dataclass(frozen=True)
+class InContextPolicy:
+    """Builds the trained model's in-context `Source` from its parameters.
+
+    Frozen (hashable by its fields), so every rollout with the same method, env, context length
+    and action rule reuses one compiled program whatever the parameter values.
+    """
+
+    method: Any
+    env: Any
+    context_len: int
+    greedy: bool
+
+    def __call__(self, params) -> Source:
+        method, env, greedy = self.method, self.env, self.greedy
+
+        def init(key, env_params):
+            del key
+            observation = jnp.zeros(env.observation_shape,
+                                    jnp.int32 if env.discrete_observations else jnp.float32)
+            return empty_context(self.context_len, observation, env.action_mask(env_params))
+
+        def act(key, context, obs, env_state, env_params):
+            del env_state, env_params
+            return context_policy_action(method, params, context, obs, key, greedy)[1]
+
+        def update(key, context, transition, env_params):
+            del key, env_params
+            context, _ = push_observation(context, transition.obs)
+            return record_outcome(context, transition.action, transition.reward)
+
+        return Source(init, act, update, name=f"{method.name}_in_context")
+
+
+def in_context_source(method, params, env, context_len: int, greedy: bool) -> ParamSource:
+    """The trained model as a source: its state is the sliding context of its own history.
 
     `act` scores the context with the new observation appended; `update` commits that observation
-    with the action taken and the reward received, so the next token carries them.
+    with the action taken and the reward received, so the next token carries them. `params` is
+    opaque here and handed to `method.context_logits`.
     """
-    from icrl_jax.data.sources import Source
-
-    def init(key, env_params):
-        del key
-        observation = jnp.zeros(env.observation_shape,
-                                jnp.int32 if env.discrete_observations else jnp.float32)
-        return empty_context(context_len, observation, env.action_mask(env_params))
-
-    def act(key, context, obs, env_state, env_params):
-        del env_state, env_params
-        return context_policy_action(method, params, context, obs, key, greedy)[1]
-
-    def update(key, context, transition, env_params):
-        del key, env_params
-        context, _ = push_observation(context, transition.obs)
-        return record_outcome(context, transition.action, transition.reward)
-
-    return Source(init, act, update, name=f"{method.name}_in_context")
+    return ParamSource(InContextPolicy(method, env, context_len, bool(greedy)), params,
+                       name=f"{method.name}_in_context")

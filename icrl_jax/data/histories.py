@@ -16,7 +16,7 @@ import numpy as np
 
 from envs.core import ICRLEnv
 from icrl_jax.data.history import History
-from icrl_jax.data.sources import Source, Transition
+from icrl_jax.data.sources import ParamSource, Source, Transition
 
 #: Per-step info recorded for bandits (envs with `expected_rewards`) when `with_info=True`.
 BANDIT_INFO = ("expected_reward", "optimal_expected_reward")
@@ -51,8 +51,13 @@ def _step_info(env, state, action, params) -> dict[str, jax.Array]:
 
 
 @partial(jax.jit, static_argnames=("env", "source", "num_steps", "with_info"))
-def _generate(env, source: Source, num_steps: int, with_info: bool, keys, params):
-    """keys `(N,)`, params batched `(N, ...)` -> dict of `(N, T, ...)` arrays."""
+def _generate(env, source, num_steps: int, with_info: bool, keys, params, source_params=None):
+    """keys `(N,)`, params batched `(N, ...)` -> dict of `(N, T, ...)` arrays.
+
+    `source` is a `Source`, or the `build` of a `ParamSource` whose arrays are `source_params`.
+    """
+    if not isinstance(source, Source):
+        source = source(source_params)
 
     def init_one(key, p):
         k_src, k_env, k_run = jax.random.split(key, 3)
@@ -92,7 +97,8 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
 
     Args:
       env: an `ICRLEnv` (gymnax env, task in params, auto-reset keeps the task).
-      source: a `Source` (see `icrl_jax.data.sources`).
+      source: a `Source` (see `icrl_jax.data.sources`), or a `ParamSource` such as a trained
+        model's in-context policy.
       params: batched EnvParams with leading axis N (e.g. `env.task_params(task_ids)`).
       num_steps: T, steps per history (across episodes).
       key: PRNG key; history n uses `split(key, N)[n]`, so chunking does not change results.
@@ -123,7 +129,11 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
         for start in range(0, n, chunk):
             idx = np.arange(start, start + chunk).clip(max=n - 1)  # pad the last chunk
             sub = jax.tree.map(lambda x: x[idx], (keys, params))
-            out = _generate(env, source, int(num_steps), bool(with_info), *sub)
+            if isinstance(source, ParamSource):
+                out = _generate(env, source.build, int(num_steps), bool(with_info), *sub,
+                                source_params=source.params)
+            else:
+                out = _generate(env, source, int(num_steps), bool(with_info), *sub)
             parts.append(jax.tree.map(lambda x: x[: min(chunk, n - start)], out))
     out = parts[0] if len(parts) == 1 else jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
     history = History(observations=out.pop("observations"), actions=out.pop("actions"),

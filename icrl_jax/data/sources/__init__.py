@@ -54,12 +54,26 @@ class Source(NamedTuple):
     name: str = "source"
 
 
+class ParamSource(NamedTuple):
+    """A source whose functions depend on arrays, such as a trained model's parameters.
+
+    `build(params) -> Source` is called inside the jitted rollout with `params` as traced
+    arguments, so the arrays are not baked into the program as constants and one compiled rollout
+    serves every parameter value. `build` must be hashable and stable (e.g. a frozen dataclass
+    instance) for the compiled rollout to be reused.
+    """
+
+    build: Callable[[Any], Source]
+    params: Any
+    name: str = "param_source"
+
+
 from icrl_jax.data.sources.linucb import linucb  # noqa: E402
 from icrl_jax.data.sources.noisy_oracle import grid_oracle_action, noisy_oracle  # noqa: E402
 from icrl_jax.data.sources.q_learning import q_learning  # noqa: E402
 from icrl_jax.data.sources.thompson import BETA_SAMPLERS, sample_beta, thompson_sampling  # noqa: E402
 from icrl_jax.data.sources.uniform import masked_uniform_action, uniform_random  # noqa: E402
 
-__all__ = ["Source", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
+__all__ = ["Source", "ParamSource", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
            "q_learning", "noisy_oracle", "grid_oracle_action", "uniform_random",
            "masked_uniform_action"]

@@ -1,0 +1,66 @@
+"""In-context evaluation: the rollout's context equals the training window format, one trace."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import envs
+from icrl_jax.data.dataset import to_step_windows
+from icrl_jax.data.histories import generate_histories
+from icrl_jax.evaluate import in_context_source
+from icrl_jax.methods.ad import AD
+from icrl_jax.models.heads import mask_logits
+from icrl_jax.models.transformer import default_transformer_config
+
+CONTEXT = 12
+
+
+def tiny_ad(env):
+    config = default_transformer_config()
+    config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
+                       label_smoothing=0.0))
+    return AD(config, env.num_actions, env.num_observations)
+
+
+def test_greedy_rollout_matches_the_model_on_training_windows():
+    """Every action of a greedy rollout is the argmax the model gives on the same steps laid out
+    as a training window, both while the context fills and after it starts sliding."""
+    env = envs.make("darkroom")
+    method = tiny_ad(env)
+    task_params = env.task_params(np.array([3, 40]))
+    probe = to_step_windows(generate_histories(env, envs_random(), task_params, CONTEXT,
+                                               jax.random.PRNGKey(0)))
+    params = method.init(jax.random.PRNGKey(1), probe)
+    steps = CONTEXT + 6
+    history = generate_histories(env, in_context_source(method, params, env, CONTEXT, True),
+                                 task_params, steps, jax.random.PRNGKey(2))
+    windows = to_step_windows(history)
+    for t in range(steps):
+        start = max(0, t - CONTEXT + 1)
+        window = jax.tree.map(lambda x: x[:, start:start + CONTEXT] if x.ndim > 1 and x.shape[1] == steps else x,
+                              windows)
+        logits = method.context_logits(params, window, jax.random.PRNGKey(0))
+        expected = jnp.argmax(mask_logits(logits[:, t - start], window.action_mask), -1)
+        np.testing.assert_array_equal(np.asarray(history.actions[:, t]), np.asarray(expected))
+
+
+def envs_random():
+    from icrl_jax.data.sources import uniform_random
+    return uniform_random()
+
+
+def test_evaluation_rollout_compiles_once_for_new_parameters():
+    env = envs.make("darkroom")
+    method = tiny_ad(env)
+    calls = chex.assert_max_traces(method.context_logits, n=1)
+    method.context_logits = calls  # counts traces of the rollout body
+    task_params = env.task_params(np.arange(4))
+    probe = to_step_windows(generate_histories(env, envs_random(), task_params, CONTEXT,
+                                               jax.random.PRNGKey(0)))
+    results = []
+    for seed in (1, 2):  # different parameter values, same shapes: no retrace
+        params = method.init(jax.random.PRNGKey(seed), probe)
+        results.append(generate_histories(env, in_context_source(method, params, env, CONTEXT, False),
+                                          task_params, 30, jax.random.PRNGKey(3)).actions)
+    assert not np.array_equal(np.asarray(results[0]), np.asarray(results[1]))
