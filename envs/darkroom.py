@@ -242,6 +242,8 @@ class CompositeDarkRoom(_Grid):
       episode_length: steps per episode (20).
       max_actions: padded action count (default 5**k).
       action_split_seed: seed of the 50/75 train/test action split used by named action sets.
+      actions: the action set used when `task_params`/`params_from_actions` get none (a name such
+        as "train", or composite ids); None = all 5**k in canonical order.
 
     Executing action index a applies the moves `params.action_set[a]` in order (walls clamp); if any
     sub-step lands on the goal the agent stops there, gets reward 1 and the episode terminates.
@@ -249,13 +251,16 @@ class CompositeDarkRoom(_Grid):
     """
 
     def __init__(self, size: int = 9, k: int = 3, episode_length: int = 20,
-                 max_actions: int | None = None, action_split_seed: int = 0):
+                 max_actions: int | None = None, action_split_seed: int = 0,
+                 actions: str | Sequence[int] | None = None):
         super().__init__(size, episode_length)
         self.k = int(k)
         self.all_actions = composite_actions(self.k)
         self.max_actions = len(self.all_actions) if max_actions is None else int(max_actions)
         self.action_split_seed = int(action_split_seed)
         self.num_tasks = self.size * self.size - 1
+        self.default_actions = actions
+        self._resolve_actions(actions)  # fail early on a bad default action set
 
     @property
     def name(self) -> str:
@@ -274,6 +279,8 @@ class CompositeDarkRoom(_Grid):
         return headless_ad_action_sets(self.action_split_seed, self.k)
 
     def _resolve_actions(self, actions) -> np.ndarray:
+        if actions is None:
+            actions = self.default_actions
         if actions is None:
             return np.arange(len(self.all_actions), dtype=np.int32)
         if isinstance(actions, str):

@@ -4,6 +4,10 @@
 * train: generate (if the dataset is missing), train, then evaluate (unless `--config.run.evaluate=False`).
   A run whose work directory already holds checkpoints resumes from the latest one.
 * evaluate: in-context evaluation of the latest checkpoint on held-out tasks.
+* report: with --config, train `config.report.num_seeds` seeds (resuming) and evaluate each on the
+  experiment's `variants`, then write Table 1 and figures to `<workdir>/report`; with --runs DIR
+  (repeatable) and --out DIR, only aggregate existing runs into one table (e.g. Headless-AD, its
+  ablations and AD baselines side by side).
 """
 
 from __future__ import annotations
@@ -13,11 +17,31 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-COMMANDS = ("generate", "train", "evaluate")
+COMMANDS = ("generate", "train", "evaluate", "report")
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file, optionally with ':preset' (e.g. "
     "experiments/ad/darkroom.py:quick).", lock_config=True)
+
+
+_RUNS = flags.DEFINE_multi_string("runs", [], "report: run directories to aggregate.")
+_OUT = flags.DEFINE_string("out", "", "report: output directory (default <workdir>/report).")
+
+
+def _report() -> None:
+    from icrl_jax import pipeline, report
+
+    runs = list(_RUNS.value)
+    out = _OUT.value
+    if _CONFIG.value is not None:
+        config = pipeline.resolve_config(_CONFIG.value)
+        pipeline.run_seeds(config)
+        runs.append(config.workdir)
+        out = out or f"{config.workdir}/report"
+    if not runs or not out:
+        raise app.UsageError("report needs --config FILE[:preset], or --runs DIR ... --out DIR")
+    for name, path in report.write_report(runs, out).items():
+        print(f"{name}: {path}")
 
 
 def _run(argv: list[str]) -> None:
@@ -27,6 +51,8 @@ def _run(argv: list[str]) -> None:
     if len(commands) != 1 or commands[0] not in COMMANDS:
         raise app.UsageError(f"usage: icrl-jax {{{'|'.join(COMMANDS)}}} --config FILE[:preset] "
                              f"[--config.key=value ...]; got {commands or 'no command'}")
+    if commands[0] == "report":
+        return _report()
     if _CONFIG.value is None:
         raise app.UsageError("--config is required, e.g. --config experiments/ad/darkroom.py:quick")
     config = pipeline.resolve_config(_CONFIG.value)

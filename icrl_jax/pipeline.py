@@ -27,7 +27,7 @@ from icrl_jax.data.history import History, load_history, save_history
 from icrl_jax.logging_utils import MetricsLogger
 from icrl_jax.plots import plot_curves
 
-METHODS = ("ad",)
+METHODS = ("ad", "headless_ad", "ad_permuted")
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -63,8 +63,8 @@ def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
 
 
 SOURCES = {
-    "thompson_sampling": lambda env, num_steps, kw: S.thompson_sampling(env, **kw),
-    "linucb": lambda env, num_steps, kw: S.linucb(env, **kw),
+    "thompson_sampling": lambda env, num_steps, kw: S.thompson_sampling(**kw),
+    "linucb": lambda env, num_steps, kw: S.linucb(**kw),
     "q_learning": lambda env, num_steps, kw: S.q_learning(
         env, num_episodes=num_steps // env.episode_length, **kw),
     "noisy_oracle": lambda env, num_steps, kw: S.noisy_oracle(env, num_steps=num_steps, **kw),
@@ -111,12 +111,23 @@ def generate(config, force: bool = False) -> History:
 
 def build_method(config, env):
     from icrl_jax.methods.ad import AD
-    return AD(config.model, env.num_actions, env.num_observations)
+    from icrl_jax.methods.headless_ad import HeadlessAD, PermutedAD
+    if config.method == "headless_ad":
+        return HeadlessAD(config.model, env.num_observations)
+    if config.method == "ad_permuted":
+        return PermutedAD(config.model, env.num_actions, env.num_observations)
+    grid_size = getattr(env, "size", None) if config.model.grid_observations else None
+    if config.model.grid_observations and grid_size is None:
+        raise ValueError(f"model.grid_observations needs a grid-world env; {config.env.name} "
+                         "has no grid size")
+    return AD(config.model, env.num_actions, env.num_observations, grid_size)
 
 
 def model_signature(config, env) -> dict[str, Any]:
     """What a checkpoint must agree on to be restored into this run's model."""
-    return dict(method=config.method, env=config.env.name, num_actions=env.num_actions,
+    # Headless-AD's parameters do not depend on the action count.
+    num_actions = None if config.method == "headless_ad" else env.num_actions
+    return dict(method=config.method, env=config.env.name, num_actions=num_actions,
                 num_observations=env.num_observations, model=config.model.to_dict())
 
 
@@ -137,7 +148,7 @@ def train(config):
                     model_signature(config, env), seed=config.seed,
                     show_progress=config.run.progress)
     if config.run.evaluate:
-        return evaluate(config, params=state.params)
+        return evaluate(config, params=jax.tree.map(jnp.asarray, state.params))
     return None
 
 
@@ -238,3 +249,185 @@ def summarise(env, rollouts: dict[str, tuple[History, dict]], config) -> dict[st
                 title=f"{config.experiment}: held-out tasks")
     del names
     return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation over several environment variants (action sets, arm counts, reward distributions)
+# and over training seeds: what the Headless-AD paper's tables and figures are made of.
+# An experiment opts in with `config.variants` (name -> dict(env=<env kwargs overrides>,
+# actions=<action set name or "">, tasks="test"|"train")) and `config.report`
+# (label=<row name in tables>, num_seeds=<training seeds>).
+
+
+def variant_env(config, variant) -> envs.ICRLEnv:
+    kwargs = dict(config.env.kwargs.to_dict(), **dict(variant.get("env", {})))
+    return envs.make(config.env.name, **kwargs)
+
+
+def actions_used(actions: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+    """Distinct actions tried in each rollout: actions int `(N, T)`, mask `(N, A)` -> `(N,)`."""
+    tried = jax.nn.one_hot(jnp.asarray(actions), action_mask.shape[-1], dtype=jnp.bool_).any(1)
+    return np.asarray(tried.sum(-1))
+
+
+def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
+    """In-context rollouts of the model, the source and a random policy on one variant.
+
+    Returns per-variant scalars (`score`: normalised score for bandits, last-episode success for
+    grids; `arms_used`) and mean curves per policy (cumulative regret, or return per episode).
+    """
+    from icrl_jax.evaluate import in_context_source
+
+    env = variant_env(config, variant)
+    if config.method != "headless_ad" and env.num_actions != build_env(config).num_actions:
+        return dict(applicable=False)
+    train_ids, test_ids = task_split(build_env(config), config)
+    # Train-task evaluation uses as many tasks as the held-out one, so both cost the same.
+    ids = test_ids if variant.get("tasks", "test") == "test" else train_ids[: len(test_ids)]
+    ids = np.repeat(ids, config.eval.num_envs_per_task)
+    actions = variant.get("actions") or None
+    task_params = env.task_params(ids, actions=actions) if actions else env.task_params(ids)
+    model_key, rollout_key = jax.random.split(key)
+    if config.method == "headless_ad":  # one embedding map for the whole run
+        params = method.eval_params(params, model_key, env.num_actions)
+    num_steps = config.eval.num_steps
+    model = in_context_source(method, params, env, config.train.seq_len, config.eval.greedy)
+    if isinstance(model, S.ParamSource):  # one variant = one compile anyway: a plain Source
+        model = model.build(model.params)
+    policies = {
+        "model": model,
+        "source": build_source(config.data.source, env, num_steps,
+                               config.data.source_kwargs.to_dict()),
+        "random": S.uniform_random(),
+    }
+    bandit = hasattr(env, "expected_rewards")
+    result: dict[str, Any] = dict(applicable=True, num_envs=int(len(ids)),
+                                  num_actions=int(np.asarray(task_params.action_mask).sum(-1).mean()))
+    curves = {}
+    for name, policy in policies.items():
+        out = jax.device_get(generate_histories(
+            env, policy, task_params, num_steps, rollout_key, task_ids=ids,
+            chunk_size=config.eval.chunk_size or None, with_info=bandit))
+        history, info = out if bandit else (out, None)
+        result[f"{name}_arms_used"] = float(actions_used(history.actions,
+                                                         history.action_mask).mean())
+        if bandit:
+            regret = np.asarray(M.cumulative_regret(info["optimal_expected_reward"],
+                                                    info["expected_reward"]))
+            result[f"{name}_final_regret"] = float(regret[:, -1].mean())
+            curves[name] = regret.mean(0)
+        else:
+            returns = np.asarray(M.episode_returns(history.rewards, history.dones, num_steps))
+            returns = returns[:, ~np.isnan(returns).all(0)]
+            result[f"{name}_success"] = float(np.nanmean(returns[:, -1]))
+            curves[name] = np.nanmean(returns, 0)
+    if bandit:
+        result["score"] = float(M.normalised_score(
+            result["model_final_regret"], result["random_final_regret"],
+            result["source_final_regret"]))
+    else:
+        result["score"] = result["model_success"]
+    result["arms_used"] = result["model_arms_used"]
+    result["curves"] = {n: c.tolist() for n, c in curves.items()}
+    return result
+
+
+def evaluate_variants(config, params=None) -> dict[str, Any]:
+    """Evaluate the latest checkpoint on every `config.variants` entry -> `variants.json`."""
+    from icrl_jax.report import run_label
+
+    env = build_env(config)
+    method = build_method(config, env)
+    if params is None:
+        params = load_params(config, env, method)
+    results = {}
+    for i, (name, variant) in enumerate(sorted(config.variants.to_dict().items())):
+        start = time.perf_counter()
+        key = jax.random.fold_in(jax.random.PRNGKey(config.eval.seed), i)
+        results[name] = evaluate_variant(config, method, params, variant, key)
+        if results[name]["applicable"]:
+            print(f"{config.experiment} seed {config.seed} {name}: score "
+                  f"{results[name]['score']:.3f}, arms used {results[name]['arms_used']:.1f} "
+                  f"({time.perf_counter() - start:.0f}s)")
+    summary = dict(experiment=config.experiment, method=config.method, env=config.env.name,
+                   label=run_label(config), seed=config.seed, variants=results)
+    with open(os.path.join(config.workdir, "variants.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def seed_config(config, seed: int):
+    """The config of training seed `seed`: its own work directory, the shared dataset."""
+    seeded = ml_collections.ConfigDict(config.to_dict())
+    seeded.seed = config.seed + seed
+    seeded.workdir = os.path.join(config.workdir, f"seed_{seed}")
+    seeded.data.path = dataset_path(config)
+    seeded.run.evaluate = False
+    seeded.lock()
+    return seeded
+
+
+def run_seeds(config) -> list[str]:
+    """Train `config.report.num_seeds` seeds (resuming; the dataset is generated once, shared)
+    and evaluate each on all variants unless done; returns the seeds' work directories."""
+    if not os.path.exists(dataset_path(config)):
+        generate(config)
+    workdirs = []
+    for seed in range(int(config.report.num_seeds)):
+        seeded = seed_config(config, seed)
+        os.makedirs(seeded.workdir, exist_ok=True)
+        done = os.path.join(seeded.workdir, "variants.json")
+        if not os.path.exists(done):
+            train(seeded)
+            evaluate_variants(seeded)
+        workdirs.append(seeded.workdir)
+    return workdirs
+
+
+# Variant sets of the Headless-AD paper (used by experiments/headless_ad/*).
+
+#: Bandit arm counts of the paper's "more arms" evaluation (Figure 5, Table 1).
+EVAL_ARMS = (20, 25, 30, 40, 50)
+#: The darkroom action sets of Figure 1 / Figure 7, and their widths.
+ACTION_SETS = {"train": 50, "permuted_train": 50, "sliced_test": 50, "test": 75, "all": 125}
+
+
+def add_report_fields(config: ml_collections.ConfigDict, label: str) -> None:
+    config.report = ml_collections.ConfigDict(dict(label=label, num_seeds=1))
+
+
+def bernoulli_variants(arms: tuple[int, ...] | None = EVAL_ARMS,
+                       distributions: bool = True) -> ml_collections.ConfigDict:
+    """Reward-distribution shifts on 4-20 arms (Figure 4) and fixed larger arm counts with
+    uniform rewards (Figure 5), all on held-out bandits."""
+    variants = {}
+    if distributions:
+        for dist in ("train", "inverse", "uniform"):
+            variants[f"dist_{dist}"] = dict(env=dict(distribution=dist), tasks="test")
+    for n in arms or ():
+        variants[f"arms_{n}"] = dict(env=dict(arms=n, max_arms=n, distribution="uniform"),
+                                     tasks="test")
+    return ml_collections.ConfigDict(variants)
+
+
+def contextual_variants(arms: tuple[int, ...] | None = EVAL_ARMS,
+                        held_out: bool = True) -> ml_collections.ConfigDict:
+    variants = {}
+    if held_out:
+        variants["heldout_4_20"] = dict(env=dict(), tasks="test")
+    for n in arms or ():
+        variants[f"arms_{n}"] = dict(env=dict(arms=n, max_arms=n), tasks="test")
+    return ml_collections.ConfigDict(variants)
+
+
+def darkroom_variants(max_actions: int) -> ml_collections.ConfigDict:
+    """The five action sets x {train, test} goals; sets wider than `max_actions` are left out
+    (AD's output layer has a fixed width)."""
+    variants = {}
+    for name, width in ACTION_SETS.items():
+        if width > max_actions:
+            continue
+        for tasks in ("train", "test"):
+            variants[f"{name}__{tasks}_goals"] = dict(env=dict(max_actions=max_actions),
+                                                      actions=name, tasks=tasks)
+    return ml_collections.ConfigDict(variants)

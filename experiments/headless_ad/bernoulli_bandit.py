@@ -1,0 +1,89 @@
+"""Headless-AD on Bernoulli bandits (Headless-AD 4.1, Table 1, Tables 3 and 5-7).
+
+Thompson-sampling histories on 10,000 bandits x 300 steps with 4-20 arms ("train" reward
+distribution). Evaluated on held-out bandits under the train, inverse and uniform distributions
+and on 20, 25, 30, 40 and 50 arms (uniform), none of which it was trained on beyond 20 arms.
+
+Ablations are presets (paper scale: the tuned values of Tables 5-7) or plain switches:
+`--config.model.prompt=False`, `--config.model.loss=mse --config.eval.greedy=True`,
+`--config.model.embeddings=normal`. Seeds: `--config.report.num_seeds=5` with `icrl-jax report`.
+`:quick` fits a 2-core CPU (about 10 minutes with evaluation).
+"""
+
+from icrl_jax.methods.headless_ad import add_headless_fields
+from icrl_jax.pipeline import add_report_fields, bernoulli_variants
+from icrl_jax.config import apply_preset, base_config
+
+QUICK = {
+    "data.num_train_tasks": 2000,
+    "data.num_test_tasks": 50,
+    "model.d_model": 64,
+    "model.num_layers": 2,
+    "model.num_heads": 4,
+    "model.action_embed_dim": 64,  # >= 50 arms for orthonormal embeddings
+    "model.attention_dropout": 0.0,
+    "model.residual_dropout": 0.0,
+    "model.tau": 0.5,
+    "train.num_steps": 2000,
+    "train.batch_size": 32,
+    "train.seq_len": 120,
+    "train.learning_rate": 1e-3,
+    "train.weight_decay": 1e-4,
+    "train.b1": 0.9,
+    "train.warmup_steps": 100,
+    "train.log_every": 100,
+    "train.steps_per_call": 50,
+    "train.checkpoint_every": 500,
+}
+# Tables 5-7: the ablations' tuned hyperparameters (paper scale).
+NO_PROMPT = {"model.prompt": False, "model.tau": 0.92, "train.learning_rate": 5.0e-4,
+             "train.weight_decay": 2.6e-5, "train.b1": 0.78, "model.attention_dropout": 0.28,
+             "model.residual_dropout": 0.16}
+MSE = {"model.loss": "mse", "eval.greedy": True, "train.learning_rate": 5.0e-5,
+       "train.weight_decay": 0.17, "train.b1": 0.91, "model.attention_dropout": 1.0e-3,
+       "model.residual_dropout": 0.14}
+NORMAL = {"model.embeddings": "normal", "train.learning_rate": 1.1e-3,
+          "train.weight_decay": 1.2e-3, "train.b1": 0.94, "model.attention_dropout": 0.62,
+          "model.residual_dropout": 0.17}
+SWITCHES = {"no_prompt": {"model.prompt": False}, "mse": {"model.loss": "mse", "eval.greedy": True},
+            "normal": {"model.embeddings": "normal"}}
+
+PRESETS = {"quick": QUICK, "no_prompt": NO_PROMPT, "mse": MSE, "normal": NORMAL}
+# Quick ablations keep the quick hyperparameters and flip only the switch.
+PRESETS.update({f"quick_{name}": dict(QUICK, **switch) for name, switch in SWITCHES.items()})
+
+
+def get_config(preset: str = ""):
+    config = base_config()
+    config.experiment = "headless_ad_bernoulli"
+    config.method = "headless_ad"
+    config.env.name = "bernoulli_bandit"
+    config.env.kwargs.arms = (4, 20)
+    config.env.kwargs.distribution = "train"
+    config.data.source = "thompson_sampling"
+    config.data.num_train_tasks = 10_000
+    config.data.num_test_tasks = 100
+    config.data.num_steps = 300
+    # Table 3, Bernoulli bandit column.
+    config.model.d_model = 512
+    config.model.num_layers = 4
+    config.model.num_heads = 64
+    config.model.position = "rotary"  # TinyLLaMa-style
+    config.model.attention_dropout = 0.22
+    config.model.residual_dropout = 0.12
+    add_headless_fields(config, action_embed_dim=512, tau=1.34)
+    config.train.num_steps = 20_000
+    config.train.batch_size = 128
+    config.train.seq_len = 300
+    config.train.learning_rate = 3.1e-4
+    config.train.weight_decay = 4.4e-3
+    config.train.b1 = 0.68
+    config.train.warmup_steps = 1000
+    config.train.steps_per_call = 100
+    config.train.log_every = 100
+    config.train.checkpoint_every = 1000
+    config.eval.num_steps = 300
+    config.eval.greedy = False  # Table 3: sample
+    config.variants = bernoulli_variants()
+    add_report_fields(config, label="")
+    return apply_preset(config, PRESETS, preset)

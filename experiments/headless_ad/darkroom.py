@@ -1,0 +1,93 @@
+"""Headless-AD on the composite-action Dark Room (Headless-AD 4.3, Figure 7, Table 1).
+
+125 actions = 3-step sequences of 5 atomic moves, split 50 train / 75 test by a seeded
+permutation (`env.kwargs.action_split_seed`); goals split into train/test. Q-learning histories
+use only the 50 train actions. Evaluated on the five action sets (train, permuted_train,
+sliced_test, test, all) x (train, test) goals; Headless-AD is trained once, on the train set.
+
+Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `quick_*`).
+`:quick` fits a 2-core CPU.
+"""
+
+from icrl_jax.config import apply_preset, base_config
+from icrl_jax.methods.headless_ad import add_headless_fields
+from icrl_jax.pipeline import add_report_fields, darkroom_variants
+
+QUICK = {
+    "data.histories_per_task": 4,
+    "data.num_steps": 2000,  # 100 episodes of 20 steps
+    "model.d_model": 64,
+    "model.num_layers": 2,
+    "model.num_heads": 4,
+    "model.action_embed_dim": 128,  # >= 125 actions for orthonormal embeddings
+    "model.attention_dropout": 0.0,
+    "model.residual_dropout": 0.0,
+    "model.tau": 1.0,
+    "train.num_steps": 2000,
+    "train.batch_size": 32,
+    "train.seq_len": 100,
+    "train.learning_rate": 1e-3,
+    "train.weight_decay": 1e-4,
+    "train.b1": 0.9,
+    "train.warmup_steps": 100,
+    "train.log_every": 100,
+    "train.steps_per_call": 50,
+    "train.checkpoint_every": 500,
+    "eval.num_steps": 400,  # 20 in-context episodes
+}
+# Tables 5-7, darkroom column.
+NO_PROMPT = {"model.prompt": False, "model.tau": 8.5, "train.learning_rate": 3.5e-4,
+             "train.weight_decay": 4.7e-3, "train.b1": 0.99, "model.attention_dropout": 0.4,
+             "model.residual_dropout": 0.16}
+MSE = {"model.loss": "mse", "eval.greedy": True, "train.learning_rate": 1.3e-5,
+       "train.weight_decay": 2.5, "train.b1": 0.75, "model.attention_dropout": 8.0e-2,
+       "model.residual_dropout": 0.75}
+NORMAL = {"model.embeddings": "normal", "train.learning_rate": 6.6e-4,
+          "train.weight_decay": 9.1e-4, "train.b1": 0.6, "model.attention_dropout": 0.53,
+          "model.residual_dropout": 3.0e-2}
+SWITCHES = {"no_prompt": {"model.prompt": False}, "mse": {"model.loss": "mse", "eval.greedy": True},
+            "normal": {"model.embeddings": "normal"}}
+PRESETS = {"quick": QUICK, "no_prompt": NO_PROMPT, "mse": MSE, "normal": NORMAL}
+PRESETS.update({f"quick_{name}": dict(QUICK, **switch) for name, switch in SWITCHES.items()})
+
+
+def get_config(preset: str = ""):
+    config = base_config()
+    config.experiment = "headless_ad_darkroom"
+    config.method = "headless_ad"
+    config.env.name = "darkroom_composite"
+    # Histories see the 50 train actions only; evaluation widens the env to all 125.
+    config.env.kwargs.max_actions = 50
+    config.env.kwargs.actions = "train"
+    config.env.kwargs.action_split_seed = 0
+    config.data.source = "q_learning"
+    config.data.source_kwargs.lr = 0.9933
+    config.data.source_kwargs.discount = 0.6238
+    config.data.num_train_tasks = 60
+    config.data.num_test_tasks = 20
+    config.data.histories_per_task = 10
+    config.data.num_steps = 4000  # 200 episodes of 20 steps
+    # Table 3, darkroom column.
+    config.model.d_model = 512
+    config.model.num_layers = 4
+    config.model.num_heads = 64
+    config.model.position = "rotary"
+    config.model.attention_dropout = 0.7
+    config.model.residual_dropout = 0.19
+    add_headless_fields(config, action_embed_dim=512, tau=7.8)
+    config.train.num_steps = 20_000
+    config.train.batch_size = 128
+    config.train.seq_len = 100
+    config.train.learning_rate = 1.7e-4
+    config.train.weight_decay = 1.7e-2
+    config.train.b1 = 0.72
+    config.train.warmup_steps = 1000
+    config.train.steps_per_call = 100
+    config.train.log_every = 100
+    config.train.checkpoint_every = 1000
+    config.eval.num_steps = 20_000  # 1000 in-context episodes
+    config.eval.greedy = False
+    config.eval.chunk_size = 20
+    config.variants = darkroom_variants(max_actions=125)
+    add_report_fields(config, label="")
+    return apply_preset(config, PRESETS, preset)

@@ -1,0 +1,278 @@
+"""Headless-AD (Sinii et al., 2024): AD without an output layer over actions.
+
+Every action is represented by a random embedding, drawn afresh at each training step (one map
+for the whole batch, consistent along every sequence) and once per evaluation run. The model
+reads previous actions as their embeddings, sees the embeddings of all available actions as a
+prompt, and predicts the embedding of the next action; its policy is a softmax over the
+dot-product similarities (divided by the temperature tau) between that prediction and the
+available actions' embeddings. Nothing in the network depends on the number, order or identity of
+actions, so one model serves action sets of any size.
+
+Invariance to the action-set order is exact by construction: the prompt tokens form a set (they
+attend to one another bidirectionally and share one position id), step tokens attend to all of
+them, and the output is scored against each action's own embedding.
+
+Ablations (config switches in `model`): `prompt=False` (no action-set prompt), `loss="mse"`
+(regress the target embedding, act by nearest neighbour) and `embeddings="normal"` (i.i.d.
+Gaussian instead of orthonormal embeddings).
+
+This file also holds `PermutedAD`, the AD baseline trained on randomly permuted action sets.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from icrl_jax.data.dataset import StepWindows
+from icrl_jax.methods.ad import AD
+from icrl_jax.models.heads import MASKED_LOGIT, mask_logits
+from icrl_jax.models.tokens import ADStepTokens
+from icrl_jax.models.transformer import Transformer
+
+EMBEDDING_KINDS = ("orthonormal", "normal")
+LOSSES = ("infonce", "mse")
+
+
+def default_headless_config() -> dict:
+    """Headless-AD fields to add to a `model` config (values: the paper's Bernoulli bandit)."""
+    return dict(action_embed_dim=64, tau=1.34, loss="infonce", prompt=True,
+                embeddings="orthonormal", eval_embedding_seed=0)
+
+
+def add_headless_fields(config: ml_collections.ConfigDict, **overrides) -> None:
+    """Give `config.model` the Headless-AD fields (defaults, then `overrides`)."""
+    fields = dict(default_headless_config(), **overrides)
+    for key, value in fields.items():
+        config.model[key] = value
+
+
+def sample_action_embeddings(key: jax.Array, num_actions: int, dim: int,
+                             kind: str = "orthonormal") -> jax.Array:
+    """A random action -> embedding map, float32 `(num_actions, dim)`.
+
+    "orthonormal": rows are orthonormal (Haar-distributed: QR of a Gaussian matrix with the signs
+    of R's diagonal folded into Q), so a prediction aligned with one action puts no similarity on
+    any other; needs `num_actions <= dim`.
+    "normal": i.i.d. N(0, 1/dim) entries (the paper's embedding ablation); the 1/dim variance gives
+    unit norm in expectation, so only orthogonality differs from the default.
+    """
+    if kind == "orthonormal":
+        if num_actions > dim:
+            raise ValueError(f"{num_actions} orthonormal action embeddings need "
+                             f"action_embed_dim >= {num_actions}, got {dim}")
+        q, r = jnp.linalg.qr(jax.random.normal(key, (dim, num_actions), jnp.float32))
+        return (q * jnp.sign(jnp.diagonal(r))[None, :]).T
+    if kind == "normal":
+        return jax.random.normal(key, (num_actions, dim), jnp.float32) / jnp.sqrt(dim)
+    raise ValueError(f"unknown action embedding kind {kind!r}; valid: {EMBEDDING_KINDS}")
+
+
+def embed_actions(actions: jax.Array, action_embeddings: jax.Array) -> jax.Array:
+    """int `(B, L)` action ids -> `(B, L, E)` embeddings; ids outside `[0, A)` (the "no previous
+    action" id at a history's start) map to the zero vector."""
+    num_actions = action_embeddings.shape[0]
+    valid = (actions >= 0) & (actions < num_actions)
+    return jnp.where(valid[..., None], action_embeddings[jnp.clip(actions, 0, num_actions - 1)],
+                     0.0)
+
+
+def prompt_attention_mask(action_mask: jax.Array, length: int) -> jax.Array:
+    """Attention mask for `[prompt (A tokens), steps (L tokens)]`, bool `(B, 1, A+L, A+L)`.
+
+    Prompt tokens attend to every available prompt token (a set: no order); step tokens attend to
+    every available prompt token and causally to steps. Nothing attends to padded actions.
+    """
+    batch, num_actions = action_mask.shape
+    total = num_actions + length
+    key_is_prompt = jnp.arange(total) < num_actions
+    query_is_prompt = key_is_prompt[:, None]
+    causal_steps = jnp.tril(jnp.ones((total, total), bool), k=0) & ~key_is_prompt[None, :]
+    allowed_keys_of_steps = key_is_prompt[None, :] | causal_steps  # (T, T)
+    structure = jnp.where(query_is_prompt, key_is_prompt[None, :], allowed_keys_of_steps)
+    available = jnp.concatenate([action_mask, jnp.ones((batch, length), bool)], axis=1)
+    return structure[None, None] & available[:, None, None, :]
+
+
+class HeadlessADModel(nn.Module):
+    """[action-set prompt, step tokens] -> transformer -> predicted next-action embedding."""
+
+    num_observations: int | None
+    d_model: int
+    action_embed_dim: int
+    prompt: bool
+    backbone: Transformer
+
+    @nn.compact
+    def __call__(self, observations, prev_actions, prev_rewards, action_embeddings, action_mask,
+                 deterministic: bool = True):
+        """Args:
+          observations: int `(B, L)` or float `(B, L, *obs_shape)`.
+          prev_actions: int `(B, L)` (ids >= A: no previous action).
+          prev_rewards: float `(B, L)`.
+          action_embeddings: float `(A, E)`, shared by the batch.
+          action_mask: bool `(B, A)`.
+        Returns:
+          predicted embeddings `(B, L, E)`.
+        """
+        batch, length = prev_actions.shape
+        # ADStepTokens takes float previous-action inputs through a linear map: num_actions unused.
+        tokens = ADStepTokens(self.d_model, 1, self.num_observations, name="tokens")(
+            observations, embed_actions(prev_actions, action_embeddings), prev_rewards)
+        if self.prompt:
+            num_actions = action_embeddings.shape[0]
+            prompt = nn.Dense(self.d_model, name="prompt")(action_embeddings)  # (A, D)
+            prompt = jnp.broadcast_to(prompt[None], (batch,) + prompt.shape)
+            hidden = self.backbone(
+                jnp.concatenate([prompt, tokens], axis=1), deterministic=deterministic,
+                attention_mask=prompt_attention_mask(action_mask, length),
+                positions=jnp.concatenate([jnp.zeros(num_actions, jnp.int32),
+                                           jnp.arange(length, dtype=jnp.int32)]))
+            hidden = hidden[:, num_actions:]
+        else:
+            hidden = self.backbone(tokens, deterministic=deterministic)
+        return nn.Dense(self.action_embed_dim, name="predicted_embedding")(hidden)
+
+
+class HeadlessAD:
+    """The Headless-AD method: model, per-step random embeddings, loss and policy logits.
+
+    Args:
+      model_config: transformer fields of `default_transformer_config()`, `d_model`, and the
+        Headless-AD fields of `default_headless_config()`.
+      num_observations: number of discrete observation ids, or None for float vectors.
+    """
+
+    name = "headless_ad"
+
+    def __init__(self, model_config: ml_collections.ConfigDict, num_observations: int | None):
+        self.config = model_config
+        if model_config.loss not in LOSSES:
+            raise ValueError(f"unknown loss {model_config.loss!r}; valid: {LOSSES}")
+        if model_config.embeddings not in EMBEDDING_KINDS:
+            raise ValueError(f"unknown embeddings {model_config.embeddings!r}; "
+                             f"valid: {EMBEDDING_KINDS}")
+        self.tau = float(model_config.tau)
+        self.loss_kind = model_config.loss
+        self.embedding_kind = model_config.embeddings
+        self.embed_dim = int(model_config.action_embed_dim)
+        self.model = HeadlessADModel(num_observations, model_config.d_model, self.embed_dim,
+                                     bool(model_config.prompt),
+                                     Transformer.from_config(model_config))
+
+    def action_embeddings(self, key: jax.Array, num_actions: int) -> jax.Array:
+        """One random embedding map `(num_actions, E)` (a training step or an evaluation run)."""
+        return sample_action_embeddings(key, num_actions, self.embed_dim, self.embedding_kind)
+
+    def eval_params(self, params, key: jax.Array, num_actions: int) -> dict:
+        """Trained params plus the embedding map of one evaluation run (what `context_logits`
+        and `in_context_source` take)."""
+        return {"model": params, "action_embeddings": self.action_embeddings(key, num_actions)}
+
+    def init(self, key: jax.Array, example: StepWindows):
+        num_actions = example.action_mask.shape[-1]
+        return self.model.init({"params": key}, example.observations, example.prev_actions,
+                               example.prev_rewards, self.action_embeddings(key, num_actions),
+                               example.action_mask)["params"]
+
+    def predict(self, params, window: StepWindows, action_embeddings: jax.Array,
+                key: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+        """Predicted next-action embeddings `(B, L, E)`."""
+        rngs = None if key is None else {"dropout": key}
+        return self.model.apply({"params": params}, window.observations, window.prev_actions,
+                                window.prev_rewards, action_embeddings, window.action_mask,
+                                deterministic=deterministic, rngs=rngs)
+
+    def similarity_logits(self, predicted: jax.Array, action_embeddings: jax.Array) -> jax.Array:
+        """`(B, L, E) x (A, E)` -> dot-product similarities over tau, `(B, L, A)` (unmasked)."""
+        return jnp.einsum("ble,ae->bla", predicted, action_embeddings) / self.tau
+
+    def loss(self, params, batch: StepWindows, key: jax.Array, deterministic: bool = False):
+        """InfoNCE over the available actions (or MSE to the target embedding); (loss, metrics).
+
+        The embedding map is drawn from `key`, i.e. afresh at every training step.
+        """
+        embed_key, dropout_key = jax.random.split(key)
+        num_actions = batch.action_mask.shape[-1]
+        embeddings = self.action_embeddings(embed_key, num_actions)
+        predicted = self.predict(params, batch, embeddings, dropout_key, deterministic)
+        logits = mask_logits(self.similarity_logits(predicted, embeddings),
+                             batch.action_mask[:, None, :])
+        if self.loss_kind == "infonce":
+            log_probs = jax.nn.log_softmax(logits, axis=-1)
+            loss = -jnp.take_along_axis(log_probs, batch.actions[..., None], -1).mean()
+            chosen = jnp.argmax(logits, -1)
+        else:
+            target = embeddings[batch.actions]
+            loss = jnp.square(predicted - target).sum(-1).mean()
+            chosen = self._nearest(predicted, embeddings, batch.action_mask)
+        accuracy = (chosen == batch.actions).mean()
+        return loss, {"loss": loss, "accuracy": accuracy}
+
+    @staticmethod
+    def _nearest(predicted, embeddings, action_mask):
+        """Nearest available embedding (Euclidean), int `(B, L)`."""
+        distance = jnp.square(predicted[:, :, None, :] - embeddings[None, None]).sum(-1)
+        return jnp.argmin(jnp.where(action_mask[:, None, :], distance, jnp.inf), -1)
+
+    def context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
+        """Policy logits `(B, L, A)` for every position of an evaluation context.
+
+        `params` is `eval_params(...)` (trained params + the run's embedding map). Plain trained
+        params also work (the generic `pipeline.evaluate`): the map is then drawn from the fixed
+        `eval_embedding_seed`, which is likewise one map for the whole run.
+        With the MSE loss the policy is the nearest neighbour: all logits but its are masked.
+        """
+        del key
+        num_actions = context.action_mask.shape[-1]
+        if isinstance(params, dict) and "action_embeddings" in params:
+            model_params, embeddings = params["model"], params["action_embeddings"]
+        else:
+            model_params = params
+            embeddings = self.action_embeddings(
+                jax.random.PRNGKey(int(self.config.eval_embedding_seed)), num_actions)
+        predicted = self.predict(model_params, context, embeddings)
+        if self.loss_kind == "mse":
+            nearest = self._nearest(predicted, embeddings, context.action_mask)
+            return jnp.where(jax.nn.one_hot(nearest, num_actions, dtype=bool), 0.0, MASKED_LOGIT)
+        return self.similarity_logits(predicted, embeddings)
+
+
+def permute_action_ids(key: jax.Array, batch: StepWindows) -> StepWindows:
+    """Relabel each window's actions by its own random permutation of the action indices.
+
+    Available actions are shuffled among themselves (padding keeps its place), which is what a
+    history generated with a permuted action set looks like. Shapes are unchanged.
+    """
+    batch_size, num_actions = batch.action_mask.shape
+    index = jnp.arange(num_actions)
+
+    def new_of_old(key, mask):
+        # Both orders list the available indices first and then the padded ones in index order,
+        # the first in index order, the second shuffled: pairing them permutes only available ids.
+        in_order = jnp.argsort(~mask, stable=True)
+        shuffled = jnp.argsort(jnp.where(mask, jax.random.uniform(key, (num_actions,)),
+                                         2.0 + index))
+        return jnp.zeros(num_actions, jnp.int32).at[in_order].set(shuffled.astype(jnp.int32))
+
+    mapping = jax.vmap(new_of_old)(jax.random.split(key, batch_size), batch.action_mask)
+
+    def relabel(actions):
+        valid = (actions >= 0) & (actions < num_actions)
+        mapped = jnp.take_along_axis(mapping, jnp.clip(actions, 0, num_actions - 1), -1)
+        return jnp.where(valid, mapped, actions).astype(actions.dtype)
+
+    return batch.replace(actions=relabel(batch.actions), prev_actions=relabel(batch.prev_actions))
+
+
+class PermutedAD(AD):
+    """AD trained on randomly permuted action sets (the paper's appendix C baseline): every
+    training window gets its own permutation of the action labels; evaluation is plain AD."""
+
+    name = "ad_permuted"
+
+    def loss(self, params, batch: StepWindows, key: jax.Array, deterministic: bool = False):
+        permute_key, key = jax.random.split(key)
+        return super().loss(params, permute_action_ids(permute_key, batch), key, deterministic)

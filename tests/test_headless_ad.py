@@ -1,0 +1,242 @@
+"""Headless-AD: embeddings, action-set order invariance, padding, losses, ablations, report."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from icrl_jax.data.dataset import StepWindows, to_step_windows
+from icrl_jax.data.history import History
+from icrl_jax.methods.headless_ad import (HeadlessAD, PermutedAD, default_headless_config,
+                                          permute_action_ids, prompt_attention_mask,
+                                          sample_action_embeddings)
+from icrl_jax.models.heads import mask_logits
+from icrl_jax.models.transformer import default_transformer_config
+from icrl_jax.train import default_train_config, train
+
+A, E, L = 6, 16, 12
+
+
+def tiny_config(**overrides):
+    config = default_transformer_config()
+    config.update(dict(d_model=32, num_layers=2, num_heads=2, max_len=32, label_smoothing=0.0))
+    for key, value in dict(default_headless_config(), action_embed_dim=E, tau=1.0).items():
+        config[key] = value
+    config.update(overrides)
+    return config
+
+
+def random_window(seed=0, batch=3, num_available=(6, 4, 5)) -> StepWindows:
+    rng = np.random.default_rng(seed)
+    mask = np.arange(A)[None] < np.array(num_available)[:, None]
+    actions = np.stack([rng.integers(0, n, L) for n in num_available]).astype(np.int32)
+    prev = np.concatenate([np.full((batch, 1), A), actions[:, :-1]], 1).astype(np.int32)
+    return StepWindows(observations=np.zeros((batch, L), np.int32),
+                       prev_actions=jnp.asarray(prev),
+                       prev_rewards=jnp.asarray(rng.random((batch, L)), jnp.float32),
+                       actions=jnp.asarray(actions), action_mask=jnp.asarray(mask))
+
+
+@jax.jit
+def _softmax_available(logits, action_mask):
+    return jax.nn.softmax(mask_logits(logits, action_mask[:, None, :]), -1)
+
+
+def probabilities(method, params, window, embeddings):
+    """Policy probabilities `(B, L, A)` given one embedding map `(A, E)`."""
+    logits = jax.jit(method.context_logits)({"model": params, "action_embeddings": embeddings},
+                                            window, jax.random.PRNGKey(0))
+    return _softmax_available(logits, window.action_mask)
+
+
+@pytest.mark.parametrize("num_actions,dim", [(5, 16), (16, 16), (125, 128)])
+def test_sampled_embeddings_are_orthonormal_and_fresh(num_actions, dim):
+    key = jax.random.PRNGKey(3)
+    emb = sample_action_embeddings(key, num_actions, dim)
+    assert emb.shape == (num_actions, dim) and emb.dtype == jnp.float32
+    np.testing.assert_allclose(emb @ emb.T, np.eye(num_actions), atol=2e-5)
+    other = sample_action_embeddings(jax.random.PRNGKey(4), num_actions, dim)
+    assert not np.allclose(emb, other)
+    np.testing.assert_array_equal(emb, sample_action_embeddings(key, num_actions, dim))
+
+
+def test_orthonormal_embeddings_need_enough_dimensions_and_normal_ablation_is_not_orthogonal():
+    with pytest.raises(ValueError, match="action_embed_dim >= 20"):
+        sample_action_embeddings(jax.random.PRNGKey(0), 20, 8)
+    emb = sample_action_embeddings(jax.random.PRNGKey(0), 10, 16, "normal")
+    gram = np.asarray(emb @ emb.T)
+    assert np.abs(gram - np.diag(np.diag(gram))).max() > 0.05
+
+
+@pytest.mark.parametrize("prompt", [True, False])
+def test_action_probabilities_are_invariant_to_action_set_order(prompt):
+    method = HeadlessAD(tiny_config(prompt=prompt), num_observations=1)
+    window = random_window()
+    params = method.init(jax.random.PRNGKey(1), window)
+    embeddings = sample_action_embeddings(jax.random.PRNGKey(2), A, E)
+    probs = probabilities(method, params, window, embeddings)
+
+    # Window b's available actions are reordered by perm[b] (padded slots stay); every action
+    # keeps its embedding, and the history refers to actions by their new indices.
+    rng = np.random.default_rng(7)
+    mask = np.asarray(window.action_mask)
+    perms = []
+    for m in mask:
+        n = int(m.sum())
+        perms.append(np.concatenate([rng.permutation(n), np.arange(n, A)]))
+    perm = np.stack(perms)  # new index j holds old action perm[b, j]
+    new_of_old = np.argsort(perm, -1)
+    relabel = lambda x: np.where(x < A, np.take_along_axis(new_of_old, np.minimum(x, A - 1), -1),
+                                 x)
+    permuted_window = window.replace(actions=jnp.asarray(relabel(np.asarray(window.actions))),
+                                     prev_actions=jnp.asarray(relabel(np.asarray(window.prev_actions))))
+    # One shared map per batch: permute windows one at a time, each with its own embedding order.
+    for b in range(mask.shape[0]):
+        one = jax.tree.map(lambda x: x[b:b + 1], permuted_window)
+        permuted_probs = probabilities(method, params, one, embeddings[perm[b]])
+        np.testing.assert_allclose(permuted_probs[0], np.asarray(probs[b])[:, perm[b]],
+                                   atol=1e-5)
+    assert not np.allclose(probs[0], probs[0][:, ::-1], atol=1e-3)  # it is not trivially uniform
+
+
+def test_padded_actions_get_zero_probability_and_do_not_influence_the_policy():
+    method = HeadlessAD(tiny_config(), num_observations=1)
+    window = random_window()
+    params = method.init(jax.random.PRNGKey(1), window)
+    embeddings = sample_action_embeddings(jax.random.PRNGKey(2), A, E)
+    probs = np.asarray(probabilities(method, params, window, embeddings))
+    mask = np.asarray(window.action_mask)[:, None, :]
+    assert (probs[~np.broadcast_to(mask, probs.shape)] == 0).all()
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    # Whatever the padded rows' embeddings are, the available actions' probabilities are the same.
+    scrambled = embeddings.at[4:].set(jax.random.normal(jax.random.PRNGKey(9), (A - 4, E)))
+    sub = jax.tree.map(lambda x: x[1:2], window)  # the window with 4 available actions
+    np.testing.assert_allclose(probabilities(method, params, sub, scrambled), probs[1:2],
+                               atol=1e-5)
+
+
+def test_infonce_loss_ignores_padded_actions_and_mse_policy_is_nearest_neighbour():
+    method = HeadlessAD(tiny_config(), num_observations=1)
+    window = random_window()
+    params = method.init(jax.random.PRNGKey(1), window)
+    loss, metrics = method.loss(params, window, jax.random.PRNGKey(3), deterministic=True)
+    # The same loss with padding widened (more padded action slots) is unchanged.
+    wide = window.replace(action_mask=jnp.concatenate(
+        [window.action_mask, jnp.zeros((3, 2), bool)], 1),
+        prev_actions=jnp.where(window.prev_actions >= A, A + 2, window.prev_actions))
+    assert np.isfinite(float(loss)) and 0.0 <= float(metrics["accuracy"]) <= 1.0
+    embeddings = sample_action_embeddings(jax.random.PRNGKey(2), A, E)
+    wide_embeddings = sample_action_embeddings(jax.random.PRNGKey(2), A + 2, E).at[:A].set(
+        embeddings)
+    a = probabilities(method, params, window, embeddings)
+    b = probabilities(method, params, wide, wide_embeddings)[..., :A]
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+    mse = HeadlessAD(tiny_config(loss="mse"), num_observations=1)
+    mse_params = mse.init(jax.random.PRNGKey(1), window)
+    logits = mse.context_logits({"model": mse_params, "action_embeddings": embeddings}, window,
+                                jax.random.PRNGKey(0))
+    predicted = mse.predict(mse_params, window, embeddings)
+    distance = ((predicted[:, :, None] - embeddings[None, None]) ** 2).sum(-1)
+    nearest = jnp.argmin(jnp.where(window.action_mask[:, None], distance, jnp.inf), -1)
+    np.testing.assert_array_equal(jnp.argmax(logits, -1), nearest)
+    assert ((logits == 0).sum(-1) == 1).all()  # exactly one selectable action
+
+
+def test_prompt_mask_structure():
+    mask = np.asarray(prompt_attention_mask(jnp.array([[True, True, False]]), 2))[0, 0]
+    expected = np.array([  # keys: p0 p1 p2(pad) s0 s1
+        [1, 1, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 0, 1, 0],
+        [1, 1, 0, 1, 1]], bool)
+    np.testing.assert_array_equal(mask, expected)
+
+
+def repeat_task_history(n=64, t=48, seed=0) -> History:
+    """Each history pulls one arm (random, among 3-6 available) over and over: the next action
+    is the previous one, which only a model that reads action embeddings can copy."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(3, A + 1, n)
+    arms = rng.integers(0, counts)
+    actions = np.repeat(arms[:, None], t, 1).astype(np.int32)
+    return History(observations=np.zeros((n, t), np.int32), actions=actions,
+                   rewards=np.ones((n, t), np.float32), dones=np.ones((n, t), bool),
+                   task_ids=np.arange(n, dtype=np.int32),
+                   action_mask=np.arange(A)[None] < counts[:, None])
+
+
+def test_headless_ad_learns_to_copy_actions_with_fresh_embeddings_every_step(tmp_path):
+    data = to_step_windows(repeat_task_history())
+    config = default_train_config()
+    config.update(dict(num_steps=200, batch_size=16, seq_len=12, steps_per_call=50, log_every=50,
+                       checkpoint_every=200, learning_rate=3e-3, warmup_steps=10))
+    method = HeadlessAD(tiny_config(num_layers=1), num_observations=1)
+    state = train(method, data, config, str(tmp_path), {"m": "headless"}, show_progress=False)
+    windows = jax.tree.map(lambda x: x[:16, :12], data)
+    # Embeddings never seen in training (a new key): still copies after the first step.
+    for seed in (11, 12):
+        probs = probabilities(method, state.params, windows,
+                              sample_action_embeddings(jax.random.PRNGKey(seed), A, E))
+        chosen = np.asarray(jnp.argmax(probs, -1))[:, 1:]
+        assert (chosen == np.asarray(windows.actions)[:, 1:]).mean() > 0.95
+
+
+def test_permute_action_ids_relabels_available_actions_consistently():
+    window = random_window(batch=3)
+    out = permute_action_ids(jax.random.PRNGKey(0), window)
+    np.testing.assert_array_equal(out.action_mask, window.action_mask)
+    for b in range(3):
+        n = int(window.action_mask[b].sum())
+        old, new = np.asarray(window.actions[b]), np.asarray(out.actions[b])
+        assert new.max() < n
+        mapping = {}
+        for o, m in zip(old, new):
+            assert mapping.setdefault(o, m) == m  # a function of the old id
+        assert len(set(mapping.values())) == len(mapping)  # and injective
+        prev_old, prev_new = np.asarray(window.prev_actions[b]), np.asarray(out.prev_actions[b])
+        assert prev_new[0] == A  # "no previous action" is kept
+        np.testing.assert_array_equal(prev_new[1:], new[:-1])
+    ad_config = default_transformer_config()
+    ad_config.update(dict(d_model=32, num_layers=1, num_heads=2, max_len=32, label_smoothing=0.0))
+    method = PermutedAD(ad_config, A, 1)
+    params = method.init(jax.random.PRNGKey(0), window)
+    loss, _ = method.loss(params, window, jax.random.PRNGKey(1))
+    assert np.isfinite(float(loss))
+
+
+def test_pipeline_builds_headless_ad_and_report_writes_table(tmp_path):
+    from icrl_jax import pipeline
+    from icrl_jax.report import write_report
+    import envs
+
+    config = ml_collections.ConfigDict(dict(method="headless_ad", model=tiny_config()))
+    env = envs.make("bernoulli_bandit", arms=(4, 20))
+    assert isinstance(pipeline.build_method(config, env), HeadlessAD)
+
+    def curves(n):
+        return {"model": list(np.linspace(0, 5, n)), "source": list(np.linspace(0, 4, n)),
+                "random": list(np.linspace(0, 9, n))}
+
+    for label, env_name, names, seeds in [
+            ("Headless-AD", "bernoulli_bandit", ["arms_20", "arms_50"], 2),
+            ("Headless-AD", "darkroom_composite", ["train__test_goals", "all__test_goals"], 2),
+            ("AD", "darkroom_composite", ["train__test_goals"], 1)]:
+        for s in range(seeds):
+            run = tmp_path / f"{label}_{env_name}" / f"seed_{s}"
+            run.mkdir(parents=True)
+            variants = {n: dict(applicable=True, score=0.9 + 0.02 * s, arms_used=10.0 + s,
+                                curves=curves(5)) for n in names}
+            variants["all__test_goals_ad"] = dict(applicable=False)
+            (run / "variants.json").write_text(json.dumps(dict(
+                experiment="x", method="m", env=env_name, label=label, seed=s, variants=variants)))
+    written = write_report([str(p) for p in tmp_path.iterdir()], str(tmp_path / "report"))
+    table = open(written["table"]).read()
+    assert "| Headless-AD | 0.91 ± 0.01 | 10.50 ± 0.50 |" in table
+    assert "| AD | - | - | 0.90 | 10.00 |" in table
+    for key in ("bandit_regret", "darkroom_success"):
+        assert open(written[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
