@@ -103,7 +103,8 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
       num_steps: T, steps per history (across episodes).
       key: PRNG key; history n uses `split(key, N)[n]`, so chunking does not change results.
       task_ids: int `(N,)` recorded in the History (default `arange(N)`).
-      chunk_size: tasks per jitted call (memory bound); the last chunk is padded, so one trace.
+      chunk_size: tasks per jitted call (memory/cache bound; default: N / local devices); the
+        last chunk is padded, so one trace. Chunks run round-robin on the local devices.
       with_info: also return per-step info `(N, T)` arrays; for bandits `expected_reward` of
         the chosen arm and `optimal_expected_reward` (regret = their difference, summed).
       fast_rng: trace with non-partitionable threefry (2-3x faster bits on CPU; it only changes
@@ -122,19 +123,26 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
     keys = jax.random.split(key, n)
-    chunk = n if chunk_size is None else max(1, min(int(chunk_size), n))
+    # Chunks go round-robin to the local devices; dispatch is asynchronous, so on a CPU host run
+    # with XLA_FLAGS=--xla_force_host_platform_device_count=<cores> every core gets a chunk
+    # (one XLA:CPU program mostly runs on one core).
+    devices = jax.local_devices()
+    if chunk_size is None:
+        chunk = -(-n // len(devices))
+    else:
+        chunk = max(1, min(int(chunk_size), n))
     ctx = jax.threefry_partitionable(False) if fast_rng else contextlib.nullcontext()
     parts = []
     with ctx:
-        for start in range(0, n, chunk):
+        for i, start in enumerate(range(0, n, chunk)):
             idx = np.arange(start, start + chunk).clip(max=n - 1)  # pad the last chunk
             sub = jax.tree.map(lambda x: x[idx], (keys, params))
-            if isinstance(source, ParamSource):
-                out = _generate(env, source.build, int(num_steps), bool(with_info), *sub,
-                                source_params=source.params)
-            else:
-                out = _generate(env, source, int(num_steps), bool(with_info), *sub)
-            parts.append(jax.tree.map(lambda x: x[: min(chunk, n - start)], out))
+            if len(devices) > 1:
+                sub = jax.device_put(sub, devices[i % len(devices)])
+            out = _generate(env, source, int(num_steps), bool(with_info), *sub)
+            parts.append((min(chunk, n - start), out))
+    parts = [jax.tree.map(lambda x: jax.device_put(x[:size], devices[0]), out)
+             for size, out in parts]
     out = parts[0] if len(parts) == 1 else jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
     history = History(observations=out.pop("observations"), actions=out.pop("actions"),
                       rewards=out.pop("rewards").astype(jnp.float32), dones=out.pop("dones"),
