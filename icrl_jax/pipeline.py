@@ -127,8 +127,10 @@ def model_signature(config, env) -> dict[str, Any]:
     """What a checkpoint must agree on to be restored into this run's model."""
     # Headless-AD's parameters do not depend on the action count.
     num_actions = None if config.method == "headless_ad" else env.num_actions
+    # The parameter shapes are compared by the Checkpointer itself; config keys that do not shape
+    # parameters (dropouts, label smoothing, keys added later with defaults) may differ.
     return dict(method=config.method, env=config.env.name, num_actions=num_actions,
-                num_observations=env.num_observations, model=config.model.to_dict())
+                num_observations=env.num_observations)
 
 
 def train(config):
@@ -319,7 +321,9 @@ def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
         else:
             returns = np.asarray(M.episode_returns(history.rewards, history.dones, num_steps))
             returns = returns[:, ~np.isnan(returns).all(0)]
-            result[f"{name}_success"] = float(np.nanmean(returns[:, -1]))
+            # Episodes end early on success, so each rollout's last episode is at its own index.
+            last = np.maximum((~np.isnan(returns)).sum(1) - 1, 0)
+            result[f"{name}_success"] = float(np.nanmean(returns[np.arange(len(last)), last]))
             curves[name] = np.nanmean(returns, 0)
     if bandit:
         result["score"] = float(M.normalised_score(

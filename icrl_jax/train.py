@@ -134,9 +134,14 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
+    def _full_signature(self, state: TrainState) -> dict[str, Any]:
+        shapes = {jax.tree_util.keystr(path): list(np.shape(leaf))
+                  for path, leaf in jax.tree_util.tree_leaves_with_path(state.params)}
+        return {**self.signature, "parameter_shapes": shapes}
+
     def save(self, state: TrainState) -> None:
         with open(self.signature_path, "w") as f:
-            json.dump(self.signature, f, indent=1, sort_keys=True)
+            json.dump(self._full_signature(state), f, indent=1, sort_keys=True)
         self.manager.save(int(state.step), args=ocp.args.StandardSave(state))
         self.manager.wait_until_finished()
 
@@ -147,14 +152,20 @@ class Checkpointer:
         if os.path.exists(self.signature_path):
             with open(self.signature_path) as f:
                 saved = json.load(f)
-            if saved != self.signature:
-                diff = sorted(k for k in set(saved) | set(self.signature)
-                              if saved.get(k) != self.signature.get(k))
+            now = self._full_signature(like)
+            saved_shapes, now_shapes = saved.pop("parameter_shapes", {}), now.pop("parameter_shapes")
+            diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+            diff += sorted(f"parameter {k}" for k in set(saved_shapes) | set(now_shapes)
+                           if saved_shapes.get(k) != now_shapes.get(k))[:5]
+            if diff:
+                def value(sig, shapes, k):
+                    return shapes.get(k[len("parameter "):], "absent") if k.startswith(
+                        "parameter ") else sig.get(k)
                 raise CheckpointMismatchError(
                     f"checkpoint in {self.directory} was written by a different model; "
                     f"differing fields: " + ", ".join(
-                        f"{k}: {saved.get(k)!r} (checkpoint) vs {self.signature.get(k)!r} (now)"
-                        for k in diff))
+                        f"{k}: {value(saved, saved_shapes, k)!r} (checkpoint) vs "
+                        f"{value(now, now_shapes, k)!r} (now)" for k in diff))
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         try:
             return self.manager.restore(step, args=ocp.args.StandardRestore(abstract))

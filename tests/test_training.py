@@ -85,7 +85,11 @@ def test_checkpoint_round_trip_and_mismatch(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     checkpointer.close()
     with pytest.raises(CheckpointMismatchError, match="model: 'a' \\(checkpoint\\) vs 'b'"):
-        Checkpointer(str(tmp_path), {"model": "b"}).restore(state)
+        Checkpointer(str(tmp_path), {"model": "a"} | {"model": "b"}).restore(state)
+    wider = init_train_state(tiny_method(d_model=48), make_optimizer(config), data,
+                             jax.random.PRNGKey(1), 16, data_mesh())
+    with pytest.raises(CheckpointMismatchError, match=r"parameter \['action_head'\]"):
+        Checkpointer(str(tmp_path), {"model": "a"}).restore(wider)
 
 
 def test_train_step_traces_once(tmp_path):

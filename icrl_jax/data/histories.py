@@ -139,7 +139,11 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
             sub = jax.tree.map(lambda x: x[idx], (keys, params))
             if len(devices) > 1:
                 sub = jax.device_put(sub, devices[i % len(devices)])
-            out = _generate(env, source, int(num_steps), bool(with_info), *sub)
+            if isinstance(source, ParamSource):  # its arrays are traced arguments, not constants
+                out = _generate(env, source.build, int(num_steps), bool(with_info), *sub,
+                                source_params=source.params)
+            else:
+                out = _generate(env, source, int(num_steps), bool(with_info), *sub)
             parts.append((min(chunk, n - start), out))
     parts = [jax.tree.map(lambda x: jax.device_put(x[:size], devices[0]), out)
              for size, out in parts]
