@@ -1,0 +1,141 @@
+"""Training throughput of the AD transformer: tokens/s, model FLOP/s, and MFU on a GPU.
+
+FLOPs per token use the Kaplan et al. (2020) convention, 6N + 12·L·d·T (N = non-embedding
+parameters, L layers, width d, context T), the same as `icrl_jax.models.transformer.flops_per_token`.
+MFU divides achieved model FLOP/s by the device's dense peak for the dtype we train in (float32
+matmuls run as TF32 on NVIDIA GPUs by JAX's default precision), so it is only reported where the
+peak is known.
+
+    python benchmarks/bench_train.py [--quick] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import sys
+import time
+
+import jax
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from icrl_jax.data.dataset import to_step_windows  # noqa: E402
+from icrl_jax.data.history import History  # noqa: E402
+from icrl_jax.methods.ad import AD  # noqa: E402
+from icrl_jax.models.transformer import count_params, default_transformer_config, flops_per_token  # noqa: E402
+from icrl_jax.train import (data_mesh, default_train_config, init_train_state, make_optimizer,  # noqa: E402
+                            make_train_step)
+
+# Dense TF32 tensor-core peak (FLOP/s), from the vendors' datasheets (without sparsity).
+PEAK_TF32 = {"H100": 494e12, "H200": 494e12, "A100": 156e12}
+
+SIZES = {  # name: (layers, d_model, heads, batch, context)
+    "small (quick presets)": (2, 64, 4, 64, 100),
+    "medium": (4, 256, 8, 64, 200),
+    "paper darkroom (n-gram)": (4, 512, 8, 128, 200),
+}
+
+
+def synthetic_data(num_actions=5, num_obs=81, n=256, t=1000):
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, num_obs, (n, t)).astype(np.int32)
+    return to_step_windows(History(obs, rng.integers(0, num_actions, (n, t)).astype(np.int32),
+                                   rng.random((n, t)).astype(np.float32), np.zeros((n, t), bool),
+                                   np.arange(n, dtype=np.int32), np.ones((n, num_actions), bool)))
+
+
+def measure(layers, d_model, heads, batch, context, calls):
+    config = default_transformer_config()
+    config.update(dict(num_layers=layers, d_model=d_model, num_heads=heads, max_len=context,
+                       label_smoothing=0.0))
+    method = AD(config, 5, 81)
+    train_config = default_train_config()
+    train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=context, steps_per_call=10))
+    mesh = data_mesh()
+    data = jax.device_put(synthetic_data(t=max(1000, context)))
+    optimizer = make_optimizer(train_config)
+    state = init_train_state(method, optimizer, data, jax.random.PRNGKey(0), context, mesh)
+    step = make_train_step(method, optimizer, batch, context, 10, mesh)
+    key = jax.random.PRNGKey(1)
+    state, metrics = step(state, data, key)  # compile
+    jax.block_until_ready(metrics)
+    start = time.perf_counter()
+    for _ in range(calls):
+        state, metrics = step(state, data, key)
+    jax.block_until_ready(metrics)
+    seconds = time.perf_counter() - start
+    tokens = calls * 10 * batch * context
+    params = state.params
+    embedding = sum(int(np.size(x)) for path, x in jax.tree_util.tree_leaves_with_path(params)
+                    if "position_embedding" in jax.tree_util.keystr(path)
+                    or "table" in jax.tree_util.keystr(path) or "'action'" in jax.tree_util.keystr(path))
+    n_nonembedding = count_params(params) - embedding
+    flops = flops_per_token(n_nonembedding, layers, d_model, context)
+    return dict(tokens_per_s=tokens / seconds, steps_per_s=calls * 10 / seconds,
+                params=count_params(params), flops_per_token=flops,
+                model_flops_per_s=tokens / seconds * flops)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="only the small model, fewer calls")
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = parser.parse_args()
+    device = jax.devices()[0]
+    kind = device.device_kind
+    peak = next((v for k, v in PEAK_TF32.items() if k in kind), None)
+    rows = []
+    for name, (layers, d, heads, batch, context) in SIZES.items():
+        if args.quick and name != "small (quick presets)":
+            continue
+        calls = 3 if device.platform == "cpu" else 20
+        r = measure(layers, d, heads, batch, context, calls)
+        mfu = f"{100 * r['model_flops_per_s'] / peak:.1f}%" if peak else "n/a (no known peak)"
+        rows.append(f"| {name} | {layers}x{d}, {heads} heads | {batch}x{context} | {r['params']:,} "
+                    f"| {r['tokens_per_s']:,.0f} | {r['steps_per_s']:.2f} "
+                    f"| {r['model_flops_per_s'] / 1e9:,.1f} | {mfu} |")
+        print(rows[-1], flush=True)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    section = "\n".join([
+        "## Training throughput (AD transformer)",
+        "",
+        f"Device: {device.platform} `{kind}` x{jax.device_count()}; host CPU {cpu}, "
+        f"{os.cpu_count()} cores. Command: `python benchmarks/bench_train.py"
+        f"{' --quick' if args.quick else ''} --write`. Float32 parameters and activations; "
+        "10 optimiser steps per jitted call; compile time excluded. FLOPs per token = "
+        "6N + 12·L·d·T (Kaplan convention, N = non-embedding parameters). Peak host memory "
+        f"(ru_maxrss) {peak_mib:,.0f} MiB.",
+        "",
+        "| model | layers x width | batch x context | params | tokens/s | steps/s | model GFLOP/s | MFU |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ])
+    print(section)
+    if args.write:
+        write_section(section, "## Training throughput (AD transformer)")
+
+
+def write_section(section: str, heading: str) -> None:
+    """Replace (or append) one `## ` section of benchmarks/RESULTS.md."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
+    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n\n"
+    parts = text.split("\n## ")
+    kept = [p for p in parts[1:] if not ("## " + p).startswith(heading)]
+    text = parts[0].rstrip() + "\n\n" + "".join("## " + p.rstrip() + "\n\n" for p in kept)
+    with open(path, "w") as f:
+        f.write(text + section)
+
+
+if __name__ == "__main__":
+    main()

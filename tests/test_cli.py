@@ -1,0 +1,72 @@
+"""The command line end to end on a tiny config, and its errors on bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from icrl_jax.config import apply_preset, set_dotted
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TINY = [
+    "--config.data.num_train_tasks=8", "--config.data.num_test_tasks=4",
+    "--config.data.num_steps=200", "--config.model.d_model=16", "--config.model.num_layers=1",
+    "--config.model.num_heads=2", "--config.train.num_steps=20", "--config.train.batch_size=4",
+    "--config.train.seq_len=40", "--config.train.steps_per_call=10", "--config.train.log_every=10",
+    "--config.train.checkpoint_every=10", "--config.eval.num_steps=100",
+    "--config.eval.num_envs_per_task=1", "--config.run.progress=False",
+]
+
+
+def run_cli(*args, check=True):
+    return subprocess.run([sys.executable, "-m", "icrl_jax.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, check=check)
+
+
+def test_train_writes_the_whole_work_directory(tmp_path):
+    workdir = tmp_path / "run"
+    run_cli("train", "--config", "experiments/ad/darkroom.py:quick", f"--config.workdir={workdir}",
+            *TINY)
+    for name in ("config.json", "histories.npz", "metrics.jsonl", "eval.json",
+                 "in_context_curves.png", "checkpoints", "tensorboard"):
+        assert (workdir / name).exists(), name
+    config = json.loads((workdir / "config.json").read_text())
+    assert config["train"]["num_steps"] == 20 and config["preset"] == "quick"
+    results = json.loads((workdir / "eval.json").read_text())
+    assert results["num_envs"] == 4
+    # 100 steps of 50-step episodes: two complete episodes per environment.
+    assert len(results["curves"]["model"]) == 2
+    phases = {json.loads(line)["phase"] for line in (workdir / "metrics.jsonl").read_text().splitlines()}
+    assert phases == {"train", "eval"}
+    # Running train again resumes from the final checkpoint: no training steps left to do.
+    again = run_cli("train", "--config", "experiments/ad/darkroom.py:quick",
+                    f"--config.workdir={workdir}", *TINY, "--config.run.evaluate=False")
+    train_lines = [l for l in (workdir / "metrics.jsonl").read_text().splitlines()
+                   if '"train"' in l]
+    assert len(train_lines) == 2, again.stderr[-2000:]
+
+
+def test_unknown_config_key_is_named():
+    out = run_cli("generate", "--config", "experiments/ad/darkroom.py:quick",
+                  "--config.train.nun_steps=3", check=False)
+    assert out.returncode != 0
+    assert "nun_steps" in out.stderr
+
+
+def test_unknown_preset_and_command():
+    out = run_cli("train", "--config", "experiments/ad/darkroom.py:qiuck", check=False)
+    assert out.returncode != 0 and "unknown preset 'qiuck'" in out.stderr
+    out = run_cli("trian", "--config", "experiments/ad/darkroom.py:quick", check=False)
+    assert out.returncode != 0 and "generate|train|evaluate" in out.stderr
+
+
+def test_set_dotted_refuses_missing_keys():
+    from experiments.ad.darkroom import get_config
+    config = get_config("quick")
+    with pytest.raises(KeyError, match="trian"):
+        set_dotted(config, "trian.num_steps", 1)
+    with pytest.raises(KeyError, match="num_stepz"):
+        apply_preset(config, {"p": {"train.num_stepz": 1}}, "p")
