@@ -39,6 +39,8 @@ def base_config() -> ml_collections.ConfigDict:
     config.model.label_smoothing = 0.0
     # Grid worlds: add the cell's (row, column) features to its id embedding.
     config.model.grid_observations = False
+    # N-gram layers (enabled by model.ngram_positions): which step ids they match.
+    config.model.ngram_match = "transition"  # transition | observation | a registered id fn
     config.train = default_train_config()
     config.eval = ml_collections.ConfigDict(dict(
         num_steps=500,  # in-context steps per evaluation rollout

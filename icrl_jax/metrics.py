@@ -41,3 +41,37 @@ def mean_and_stderr(x: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarra
     mean = np.nanmean(x, axis=axis)
     std = np.nanstd(x, axis=axis)
     return mean, std / np.sqrt(np.maximum(count, 1))
+
+
+def expected_max_performance(scores, max_n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Expected Maximum Performance (Dodge et al., 2019) of a random hyperparameter search.
+
+    With the N scores sorted, v(1) <= ... <= v(N), the best of n assignments drawn with
+    replacement is v(i) with probability p_n(i) = (i/N)^n - ((i-1)/N)^n, so
+    E[max | n] = sum_i v(i) p_n(i) and its spread is the standard deviation of that maximum,
+    sqrt(sum_i p_n(i) (v(i) - E[max | n])^2) (Dodge et al.'s reported +- band).
+
+    Args:
+      scores: `(N,)` one score per assignment (NaNs are dropped).
+      max_n: largest budget n (default N).
+    Returns:
+      `(mean, std)`, each `(max_n,)` for n = 1..max_n (host statistics, float64).
+    """
+    v = np.sort(np.asarray(scores, np.float64).ravel())
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        raise ValueError("expected_max_performance needs at least one score")
+    total = v.size
+    budgets = np.arange(1, (max_n or total) + 1, dtype=np.float64)[:, None]  # (n, 1)
+    ranks = np.arange(1, total + 1, dtype=np.float64)[None, :]  # (1, N)
+    probs = (ranks / total) ** budgets - ((ranks - 1) / total) ** budgets  # (n, N)
+    mean = probs @ v
+    std = np.sqrt(np.maximum((probs * (v[None, :] - mean[:, None]) ** 2).sum(-1), 0.0))
+    return mean, std
+
+
+def assignments_to_reach(scores, target: float) -> int | None:
+    """Smallest budget n whose EMP reaches `target`, or None if even n = N does not."""
+    mean, _ = expected_max_performance(scores)
+    reached = np.nonzero(mean >= target)[0]
+    return int(reached[0]) + 1 if reached.size else None

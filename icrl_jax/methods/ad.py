@@ -10,6 +10,7 @@ import ml_collections
 
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.models.heads import smoothed_cross_entropy
+from icrl_jax.models.ngram import get_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
 from icrl_jax.models.transformer import Transformer
 
@@ -25,12 +26,15 @@ class ADModel(nn.Module):
 
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, deterministic: bool = True,
-                 return_attention: bool = False):
-        """Returns logits `(B, L, A)` (unmasked), plus attention maps when asked."""
+                 return_attention: bool = False, ngram_ids: jax.Array | None = None):
+        """Returns logits `(B, L, A)` (unmasked), plus attention maps when asked.
+
+        `ngram_ids`: int `(B, L[, K])` step ids for the backbone's n-gram layers, if it has any.
+        """
         tokens = ADStepTokens(self.d_model, self.num_actions, self.num_observations,
                               self.grid_size, name="tokens")(observations, prev_actions, prev_rewards)
         hidden = self.backbone(tokens, deterministic=deterministic,
-                               return_attention=return_attention)
+                               return_attention=return_attention, ngram_ids=ngram_ids)
         hidden, attention = hidden if return_attention else (hidden, None)
         logits = nn.Dense(self.num_actions, name="action_head")(hidden)
         return (logits, attention) if return_attention else logits
@@ -40,8 +44,10 @@ class AD:
     """The AD method: model, loss and in-context policy logits.
 
     Args:
-      model_config: `d_model`, `label_smoothing` and the transformer fields of
-        `default_transformer_config()`.
+      model_config: `d_model`, `label_smoothing`, optionally `ngram_match` (which step ids the
+        n-gram layers match: "transition" or "observation", see `models/ngram.py`), and the
+        transformer fields of `default_transformer_config()`. Any mapping with attribute access
+        works; `label_smoothing` and the dropout rates may be traced arrays (a vmapped sweep).
       num_actions: padded action-set size.
       num_observations: number of discrete observation ids, or None for float vectors.
       grid_size: side of the grid whose cells the observation ids are (see
@@ -54,19 +60,27 @@ class AD:
                  num_observations: int | None, grid_size: int | None = None):
         self.config = model_config
         self.num_actions = num_actions
-        self.label_smoothing = float(model_config.label_smoothing)
+        smoothing = model_config.label_smoothing
+        self.label_smoothing = smoothing if isinstance(smoothing, jax.Array) else float(smoothing)
+        # Step ids for the n-gram layers, computed from each window (None: no n-gram layers).
+        self.ngram_ids = (get_ngram_ids(model_config.get("ngram_match", "transition"))
+                          if model_config.get("ngram_positions") else None)
         self.model = ADModel(num_actions, num_observations, model_config.d_model,
                              Transformer.from_config(model_config), grid_size)
 
+    def window_ngram_ids(self, window: StepWindows) -> jax.Array | None:
+        return None if self.ngram_ids is None else self.ngram_ids(window)
+
     def init(self, key: jax.Array, example: StepWindows):
         return self.model.init({"params": key}, example.observations, example.prev_actions,
-                               example.prev_rewards)["params"]
+                               example.prev_rewards,
+                               ngram_ids=self.window_ngram_ids(example))["params"]
 
     def loss(self, params, batch: StepWindows, key: jax.Array, deterministic: bool = False):
         """Mean smoothed cross entropy over all window positions; returns (loss, metrics)."""
         logits = self.model.apply({"params": params}, batch.observations, batch.prev_actions,
                                   batch.prev_rewards, deterministic=deterministic,
-                                  rngs={"dropout": key})
+                                  rngs={"dropout": key}, ngram_ids=self.window_ngram_ids(batch))
         mask = batch.action_mask[:, None, :]
         loss = smoothed_cross_entropy(logits, batch.actions, mask, self.label_smoothing).mean()
         masked = jnp.where(mask, logits, -jnp.inf)
@@ -77,4 +91,5 @@ class AD:
         """Logits `(E, L, A)` for every position of an evaluation context (no dropout)."""
         del key
         return self.model.apply({"params": params}, context.observations, context.prev_actions,
-                                context.prev_rewards, deterministic=True)
+                                context.prev_rewards, deterministic=True,
+                                ngram_ids=self.window_ngram_ids(context))

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from icrl_jax.models.attention import MultiHeadAttention
+from icrl_jax.models.ngram import NGramLayer, ngram_weights
 
 POSITION_KINDS = ("learned", "rotary", "none")
 
@@ -32,7 +33,33 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         attention_dropout=0.0,
         normalize_qk=False,
         causal=True,
+        # N-gram induction-head layers (models/ngram.py): inserted after these many blocks each
+        # (0 = before the first); empty = none. Each position gets the 1..ngram_max-gram layers.
+        ngram_positions=(),
+        ngram_max=1,
+        ngram_shuffle=False,  # ablation: matches moved to random causal keys
     ))
+
+
+class Dropout(nn.Module):
+    """`nn.Dropout` that also accepts a traced rate (a hyperparameter vmapped over replicas).
+
+    With a Python float it behaves (and draws random numbers) exactly like `nn.Dropout`; a traced
+    rate always draws a mask, since `rate == 0` cannot be decided while tracing.
+    """
+
+    rate: float | jax.Array
+
+    @nn.compact
+    def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
+        static = isinstance(self.rate, (int, float))
+        if deterministic or (static and self.rate == 0.0):
+            return x
+        if static and self.rate == 1.0:
+            return jnp.zeros_like(x)
+        keep = 1.0 - self.rate
+        mask = jax.random.bernoulli(self.make_rng("dropout"), keep, x.shape)
+        return jax.lax.select(mask, x / keep, jnp.zeros_like(x))
 
 
 class Block(nn.Module):
@@ -48,7 +75,7 @@ class Block(nn.Module):
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False):
         attention = MultiHeadAttention(self.num_heads, self.attention_dropout, self.rotary,
                                        self.normalize_qk, name="attention")
-        dropout = nn.Dropout(self.residual_dropout)
+        dropout = Dropout(self.residual_dropout)
         norm1, norm2 = nn.LayerNorm(name="norm1"), nn.LayerNorm(name="norm2")
         mlp = nn.Sequential([nn.Dense(self.mlp_ratio * x.shape[-1]), nn.gelu, nn.Dense(x.shape[-1])],
                             name="mlp")
@@ -83,6 +110,9 @@ class Transformer(nn.Module):
     attention_dropout: float = 0.0
     normalize_qk: bool = False
     causal: bool = True
+    ngram_positions: tuple[int, ...] = ()
+    ngram_max: int = 1
+    ngram_shuffle: bool = False
 
     @classmethod
     def from_config(cls, config, **overrides) -> "Transformer":
@@ -90,13 +120,16 @@ class Transformer(nn.Module):
         fields, such as d_model or label_smoothing, stay with the method)."""
         fields = set(cls.__dataclass_fields__) - {"parent", "name"}
         kwargs = {k: v for k, v in dict(config).items() if k in fields}
+        if "ngram_positions" in kwargs:  # configs may hold a list; module fields must hash
+            kwargs["ngram_positions"] = tuple(int(p) for p in kwargs["ngram_positions"])
         kwargs.update(overrides)
         return cls(**kwargs)
 
     @nn.compact
     def __call__(self, x: jax.Array, padding_mask: jax.Array | None = None,
                  deterministic: bool = True, return_attention: bool = False,
-                 attention_mask: jax.Array | None = None, positions: jax.Array | None = None):
+                 attention_mask: jax.Array | None = None, positions: jax.Array | None = None,
+                 ngram_ids: jax.Array | None = None):
         """Args:
           x: `(B, T, D)` token embeddings.
           padding_mask: optional bool `(B, T)`, False for padding tokens (never attended to).
@@ -105,6 +138,8 @@ class Transformer(nn.Module):
             action-set prompt); `padding_mask` still applies on top.
           positions: optional int `(T,)` position ids (default `arange(T)`); tokens that must be
             interchangeable (a set) share one id.
+          ngram_ids: int `(B, T)` or `(B, T, K)` step ids for the n-gram layers (see
+            `models/ngram.py`); required when `ngram_positions` is non-empty, ignored otherwise.
         Returns:
           `(B, T, D)` hidden states, plus a list of per-layer `(B, H, T, T)` attention weights
           when `return_attention`.
@@ -119,7 +154,7 @@ class Transformer(nn.Module):
             table = self.param("position_embedding", nn.initializers.normal(0.02),
                                (self.max_len, d_model))
             x = x + jnp.take(table, positions, axis=0).astype(x.dtype)
-        x = nn.Dropout(self.embedding_dropout)(x, deterministic=deterministic)
+        x = Dropout(self.embedding_dropout)(x, deterministic=deterministic)
 
         if attention_mask is not None:
             mask = attention_mask
@@ -130,12 +165,32 @@ class Transformer(nn.Module):
         if padding_mask is not None:
             mask = mask & padding_mask[:, None, None, :]
 
+        bad = [p for p in self.ngram_positions if not 0 <= p <= self.num_layers]
+        if bad:
+            raise ValueError(f"ngram_positions {bad} outside [0, num_layers={self.num_layers}]")
+        if self.ngram_positions and ngram_ids is None:
+            raise ValueError("n-gram layers (ngram_positions="
+                             f"{self.ngram_positions}) need ngram_ids")
+        # The patterns depend only on the ids: computed once, shared by every position.
+        weights_by_n = (ngram_weights(ngram_ids, self.ngram_max, self.ngram_shuffle)
+                        if self.ngram_positions else [])
+
+        def ngram_layers(x, after: int):
+            if after not in self.ngram_positions:
+                return x
+            for n, ngram_attention in enumerate(weights_by_n, start=1):
+                x = NGramLayer(self.mlp_ratio, self.pre_norm, name=f"ngram_{after}_{n}")(
+                    x, ngram_attention, Dropout(self.residual_dropout), deterministic)
+            return x
+
         attention_maps = []
+        x = ngram_layers(x, 0)
         for i in range(self.num_layers):
             x, weights = Block(self.num_heads, self.mlp_ratio, self.pre_norm, self.residual_dropout,
                                self.attention_dropout, self.position == "rotary", self.normalize_qk,
                                name=f"block_{i}")(x, mask, positions, deterministic, return_attention)
             attention_maps.append(weights)
+            x = ngram_layers(x, i + 1)
         if self.pre_norm:
             x = nn.LayerNorm(name="final_norm")(x)
         return (x, attention_maps) if return_attention else x

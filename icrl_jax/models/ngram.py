@@ -1,0 +1,164 @@
+"""N-gram induction-head layers (Akyürek et al., 2024), as used for in-context RL by the n-gram
+paper (section 2.2): an attention pattern computed from discrete token ids, with no parameters.
+
+Orientation. `ngram_pattern(ids, n)[b, i, j]` is indexed [query, key]: query position i reads
+key/value position j when the occurrence of tokens ending at m = j - 1 repeats the n tokens ending
+at i, i.e. `ids[i - k] == ids[m - k]` for k = 0..n-1, with the occurrence strictly in the past
+(m < i, so j <= i) and both n-grams inside the window. Position j is the step that *followed* the
+earlier occurrence, so in AD's step format (a_{t-1}, r_{t-1}, o_t) its token carries the action
+the source took the last time the same situation arose. This is Akyürek et al.'s induction head
+(strictly lower-triangular match, then a shift by one step). The paper writes the pattern as
+`A(n)` indexed [key, query], hence `NGH(h) = W1 h + W2 A(n)^T h`; here that is
+`W1 h + W2 (P h)` with `P = A(n)^T` row-normalised: each query averages uniformly over its matches,
+and a query with no match reads nothing (its row is zero).
+
+What counts as a token is pluggable: an id function maps a `StepWindows` to int32 ids `(B, L)` or
+`(B, L, K)`; two steps are equal when all K components are equal (e.g. the 4x4 VQ codes of a pixel
+observation, K = 16, as in the paper's Miniworld experiments). `register_ngram_ids` adds one.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+#: window (a `StepWindows`, or anything with its fields) -> int32 `(B, L)` or `(B, L, K)` ids.
+NGramIds = Callable[..., jax.Array]
+
+
+def _float_bits(x: jax.Array) -> jax.Array:
+    """Exact-equality ids of float values: their float32 bit patterns as int32 (-0.0 -> 0.0)."""
+    return jax.lax.bitcast_convert_type(x.astype(jnp.float32) + 0.0, jnp.int32)
+
+
+def observation_ids(window) -> jax.Array:
+    """Observations only: discrete ids `(B, L)` -> `(B, L, 1)`; float observations
+    `(B, L, *shape)` -> their bit patterns `(B, L, prod(shape))` (exact match)."""
+    obs = window.observations
+    if jnp.issubdtype(obs.dtype, jnp.integer):
+        return obs.reshape(obs.shape[:2] + (-1,)).astype(jnp.int32)
+    return _float_bits(obs.reshape(obs.shape[:2] + (-1,)))
+
+
+def transition_ids(window) -> jax.Array:
+    """Whole transitions (a_{t-1}, r_{t-1}, o_t): `(B, L, 2 + K_obs)` int32."""
+    prev = jnp.stack([window.prev_actions.astype(jnp.int32), _float_bits(window.prev_rewards)],
+                     axis=-1)
+    return jnp.concatenate([prev, observation_ids(window)], axis=-1)
+
+
+NGRAM_IDS: dict[str, NGramIds] = {"transition": transition_ids, "observation": observation_ids}
+
+
+def register_ngram_ids(name: str, fn: NGramIds) -> None:
+    """Make `fn` selectable as `model.ngram_match=name` (e.g. VQ codes of pixel observations)."""
+    NGRAM_IDS[name] = fn
+
+
+def get_ngram_ids(name: str) -> NGramIds:
+    if name not in NGRAM_IDS:
+        raise ValueError(f"unknown model.ngram_match {name!r}; available: {sorted(NGRAM_IDS)}")
+    return NGRAM_IDS[name]
+
+
+def token_equality(ids: jax.Array) -> jax.Array:
+    """int `(B, L)` or `(B, L, K)` -> bool `(B, L, L)`: step i equals step m (all K components)."""
+    if ids.ndim == 2:
+        ids = ids[..., None]
+    return (ids[:, :, None, :] == ids[:, None, :, :]).all(-1)
+
+
+def _shift_diagonal(x: jax.Array, k: int) -> jax.Array:
+    """`(B, L, L)` -> `y[:, i, m] = x[:, i - k, m - k]`, False where either index is negative."""
+    if k == 0:
+        return x
+    length = x.shape[-1]
+    return jnp.pad(x, ((0, 0), (k, 0), (k, 0)))[:, :length, :length]
+
+
+def ngram_pattern(ids: jax.Array, n: int) -> jax.Array:
+    """The n-gram induction pattern, bool `(B, L, L)` indexed [query i, key j] (module docstring).
+
+    O(n L^2) boolean work: one equality matrix, AND-ed with its diagonal shifts.
+    """
+    if n < 1:
+        raise ValueError(f"n-gram length must be >= 1, got {n}")
+    equal = token_equality(ids)
+    match = equal
+    for k in range(1, n):  # static n (1..3): the n-gram's k-th token back must match too
+        match = match & _shift_diagonal(equal, k)
+    length = equal.shape[-1]
+    match = match & jnp.tril(jnp.ones((length, length), bool), k=-1)  # occurrence m < i
+    # Read the step after the occurrence: key j = m + 1.
+    return jnp.pad(match, ((0, 0), (0, 0), (1, 0)))[:, :, :length]
+
+
+def shuffle_pattern(pattern: jax.Array, key: jax.Array) -> jax.Array:
+    """Ablation (appendix E.2): the same number of matches per query, at random causal keys.
+
+    Each query i with c matches gets c keys drawn without replacement from j <= i, so the
+    layer sees a pattern with the right density but no n-gram information. bool `(B, L, L)`.
+    """
+    length = pattern.shape[-1]
+    causal = jnp.tril(jnp.ones((length, length), bool))
+    scores = jnp.where(causal, jax.random.uniform(key, pattern.shape), 2.0)
+    rank = jnp.argsort(jnp.argsort(scores, axis=-1), axis=-1)  # 0 = first random causal key
+    return causal & (rank < pattern.sum(-1, keepdims=True))
+
+
+def ngram_attention(pattern: jax.Array) -> jax.Array:
+    """bool `(B, L, L)` -> float32 row-stochastic weights; rows with no match are all zero."""
+    weights = pattern.astype(jnp.float32)
+    return weights / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
+
+
+class NGramHead(nn.Module):
+    """`NGH(h) = W1 h + W2 (P h)`: `(B, L, D)`, weights `(B, L, L)` -> `(B, L, D)`."""
+
+    @nn.compact
+    def __call__(self, h: jax.Array, weights: jax.Array) -> jax.Array:
+        d_model = h.shape[-1]
+        read = jnp.einsum("bij,bjd->bid", weights.astype(h.dtype), h)
+        return nn.Dense(d_model, name="w1")(h) + nn.Dense(d_model, name="w2")(read)
+
+
+class NGramLayer(nn.Module):
+    """`NGL(h) = h + MLP(NGH(h))`, normed like the transformer's blocks (pre- or post-norm).
+
+    `dropout` is the block's residual dropout module (so swept rates reach it too).
+    """
+
+    mlp_ratio: int
+    pre_norm: bool
+
+    @nn.compact
+    def __call__(self, x: jax.Array, weights: jax.Array, dropout: Callable,
+                 deterministic: bool) -> jax.Array:
+        d_model = x.shape[-1]
+        norm = nn.LayerNorm(name="norm")
+        h = norm(x) if self.pre_norm else x
+        h = NGramHead(name="head")(h, weights)
+        h = nn.Dense(self.mlp_ratio * d_model, name="mlp_in")(h)
+        h = nn.Dense(d_model, name="mlp_out")(nn.gelu(h))
+        x = x + dropout(h, deterministic=deterministic)
+        return x if self.pre_norm else norm(x)
+
+
+def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
+                  shuffle_seed: int = 0) -> list[jax.Array]:
+    """Attention weights of the 1..ngram_max-gram layers ("up to n"), each float `(B, L, L)`."""
+    weights = []
+    for n in range(1, ngram_max + 1):
+        pattern = ngram_pattern(ids, n)
+        if shuffle:
+            pattern = shuffle_pattern(pattern, jax.random.fold_in(jax.random.key(shuffle_seed), n))
+        weights.append(ngram_attention(pattern))
+    return weights
+
+
+__all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids", "register_ngram_ids",
+                          "get_ngram_ids", "token_equality", "ngram_pattern", "shuffle_pattern",
+                          "ngram_attention", "NGramHead", "NGramLayer", "ngram_weights")

@@ -1,0 +1,130 @@
+"""Random search: vmapped replicas = one-by-one training, sampling, resume, and EMP."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import envs
+from icrl_jax import metrics as M
+from icrl_jax import sweep as S
+from icrl_jax.config import base_config
+from icrl_jax.data.dataset import to_step_windows
+from icrl_jax.data.history import History
+
+
+def tiny_config(tmp_path=None, ngram=False):
+    config = base_config()
+    config.experiment = "sweep_test"
+    config.env.name = "darkroom"
+    config.data.source = "q_learning"
+    config.data.num_train_tasks = 4
+    config.data.num_test_tasks = 2
+    config.data.num_steps = 100
+    config.model.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=16))
+    if ngram:
+        config.model.ngram_positions = (1,)
+        config.model.ngram_max = 2
+    config.train.update(dict(num_steps=6, batch_size=4, seq_len=12, steps_per_call=3,
+                             warmup_steps=2))
+    config.eval.update(dict(num_steps=100, num_envs_per_task=1))
+    config.workdir = str(tmp_path) if tmp_path else ""
+    S.add_sweep_fields(config, {
+        "train.learning_rate": dict(log_uniform=(1e-4, 1e-2)),
+        "train.weight_decay": dict(log_uniform=(1e-7, 2e-2)),
+        "model.embedding_dropout": dict(uniform=(0.0, 0.9)),
+        "model.residual_dropout": dict(uniform=(0.0, 0.5)),
+        "model.label_smoothing": dict(uniform=(0.0, 0.8)),
+    }, num_assignments=3, max_replicas=3)
+    return config
+
+
+def random_data(n=6, t=40, seed=0):
+    rng = np.random.default_rng(seed)
+    history = History(observations=rng.integers(0, 81, (n, t)).astype(np.int32),
+                      actions=rng.integers(0, 5, (n, t)).astype(np.int32),
+                      rewards=rng.integers(0, 2, (n, t)).astype(np.float32),
+                      dones=np.zeros((n, t), bool), task_ids=np.arange(n, dtype=np.int32),
+                      action_mask=np.ones((n, 5), bool))
+    return to_step_windows(history)
+
+
+def test_vmapped_replicas_equal_one_by_one():
+    config = tiny_config(ngram=True)  # n-gram layers and their dropout included
+    config.model.num_layers = 1
+    space = S.flatten_space(config.sweep.space)
+    assignments = [S.sample_assignment(space, 0, i) for i in range(3)]
+    env, data, seeds = envs.make("darkroom"), random_data(), [11, 12, 13]
+    together, metrics_v = S.train_assignments(config, env, data, assignments, seeds, vmapped=True)
+    alone, metrics_1 = S.train_assignments(config, env, data, assignments, seeds, vmapped=False)
+    for path, a in jax.tree_util.tree_leaves_with_path(together):
+        b = alone
+        for entry in path:
+            b = b[entry.key]
+        name = jax.tree_util.keystr(path)
+        assert a.shape[0] == 3, name
+        if name.endswith("['qkv']['bias']"):
+            # The key bias has an exactly zero gradient (softmax is shift-invariant): Adam's
+            # g / sqrt(v) turns float-reassociation noise into lr-sized steps there. Skip it.
+            a, b = a[:, [0, 2]], b[:, [0, 2]]
+        # Batched and unbatched matmuls sum in different orders; Adam amplifies that noise only
+        # on coordinates whose gradient is ~0 (e.g. embedding rows a batch barely touched).
+        assert np.linalg.norm(a - b) <= 1e-3 * np.linalg.norm(b) + 1e-6, name
+        assert np.isclose(a, b, rtol=1e-4, atol=1e-6).mean() > 0.99, name
+    for name in ("loss", "accuracy", "grad_norm"):
+        np.testing.assert_allclose(metrics_v[name], metrics_1[name], rtol=1e-4, atol=1e-6)
+    # Different assignments really train differently.
+    first = jax.tree.leaves(together)[0]
+    assert not np.allclose(first[0], first[1])
+
+
+def test_sampling_is_per_index_and_in_range():
+    space = S.flatten_space(S.table2_space(ngram=True))
+    a = [S.sample_assignment(space, 0, i) for i in range(200)]
+    assert S.sample_assignment(space, 0, 7) == a[7]
+    lr = np.array([x["train.learning_rate"] for x in a])
+    assert 1e-4 <= lr.min() and lr.max() <= 1e-2 and np.median(lr) < 3e-3  # log-uniform
+    assert {tuple(x["model.ngram_positions"]) for x in a} == {(1,), (2,), (1, 2)}
+    assert len({S.group_key(x) for x in a}) > 1
+    assert S.group_key(dict(a[0], **{"train.learning_rate": 0.5})) == S.group_key(a[0])
+    with pytest.raises(ValueError, match="exactly one"):
+        S.flatten_space({"train": {"learning_rate": {"uniform": (0, 1), "choice": [1]}}})
+
+
+def test_emp_hand_computed():
+    # Scores 1, 2, 3 (N = 3). n = 1: mean. n = 2: P(max=v_i) = (i^2 - (i-1)^2) / 9 = 1/9, 3/9, 5/9.
+    mean, std = M.expected_max_performance([3.0, 1.0, 2.0])
+    np.testing.assert_allclose(mean, [2.0, (1 + 6 + 15) / 9, (1 + 2 * 7 + 3 * 19) / 27])
+    e2 = 22 / 9
+    var2 = (1 * (1 - e2) ** 2 + 3 * (2 - e2) ** 2 + 5 * (3 - e2) ** 2) / 9
+    np.testing.assert_allclose(std, [np.sqrt(2 / 3), np.sqrt(var2), std[2]])
+    assert std[2] < std[1]
+    assert M.assignments_to_reach([1.0, 2.0, 3.0], 2.4) == 2
+    assert M.assignments_to_reach([1.0, 2.0, 3.0], 3.0) is None
+    mean, _ = M.expected_max_performance([5.0, 5.0])
+    np.testing.assert_allclose(mean, [5.0, 5.0])
+
+
+def test_sweep_writes_results_and_resumes(tmp_path):
+    config = tiny_config(tmp_path / "sweep", ngram=True)
+    config.sweep.num_assignments = 2
+    results = S.run_sweep(config)
+    assert sorted(r["index"] for r in results) == [0, 1]
+    lines = (tmp_path / "sweep" / "results.jsonl").read_text().splitlines()
+    first = [json.loads(x) for x in lines]
+    assert {r["replicas"] for r in first} == {2}
+    assert all(np.isfinite(r["model_last_episode_return"]) for r in first)
+    config.sweep.num_assignments = 3  # a rerun trains only the missing assignment
+    S.run_sweep(config)
+    lines = (tmp_path / "sweep" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(x)["index"] for x in lines] == [0, 1, 2]
+    assert [json.loads(x) for x in lines[:2]] == first
+    emp = json.loads((tmp_path / "sweep" / "emp.json").read_text())
+    assert len(emp["emp_mean"]) == 3 and (tmp_path / "sweep" / "emp.png").exists()
+    config.sweep.seed = 1  # another space/seed must not mix into this file
+    with pytest.raises(ValueError, match="new workdir"):
+        S.run_sweep(config)
+    summary = S.compare_sweeps([str(tmp_path / "sweep")] * 2, str(tmp_path / "cmp"), ["a", "b"])
+    assert set(summary["methods"]) == {"a", "b"}
+    assert (tmp_path / "cmp" / "emp_compare.png").exists()
