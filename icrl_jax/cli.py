@@ -8,16 +8,20 @@
   experiment's `variants`, then write Table 1 and figures to `<workdir>/report`; with --runs DIR
   (repeatable) and --out DIR, only aggregate existing runs into one table (e.g. Headless-AD, its
   ablations and AD baselines side by side).
+* sweep: with --config, the random hyperparameter search of `config.sweep` (resuming: finished
+  assignments are skipped), results and EMP in the workdir; with --runs DIR (repeatable) and --out
+  DIR, only plot the EMP of several finished sweeps together (labels: --labels, repeatable).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
-COMMANDS = ("generate", "train", "evaluate", "report")
+COMMANDS = ("generate", "train", "evaluate", "report", "sweep")
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file, optionally with ':preset' (e.g. "
@@ -26,6 +30,21 @@ _CONFIG = config_flags.DEFINE_config_file(
 
 _RUNS = flags.DEFINE_multi_string("runs", [], "report: run directories to aggregate.")
 _OUT = flags.DEFINE_string("out", "", "report: output directory (default <workdir>/report).")
+_LABELS = flags.DEFINE_multi_string("labels", [], "sweep: legend labels of the --runs sweeps.")
+
+
+def _sweep() -> None:
+    from icrl_jax import pipeline, sweep
+
+    if _CONFIG.value is not None:
+        config = pipeline.resolve_config(_CONFIG.value)
+        sweep.run_sweep(config)
+        print(f"results: {config.workdir}/results.jsonl, EMP: {config.workdir}/emp.png")
+        return
+    if not _RUNS.value or not _OUT.value:
+        raise app.UsageError("sweep needs --config FILE[:preset], or --runs DIR ... --out DIR")
+    summary = sweep.compare_sweeps(_RUNS.value, _OUT.value, _LABELS.value or None)
+    print(json.dumps(summary, indent=1))
 
 
 def _report() -> None:
@@ -51,6 +70,8 @@ def _run(argv: list[str]) -> None:
     if len(commands) != 1 or commands[0] not in COMMANDS:
         raise app.UsageError(f"usage: icrl-jax {{{'|'.join(COMMANDS)}}} --config FILE[:preset] "
                              f"[--config.key=value ...]; got {commands or 'no command'}")
+    if commands[0] == "sweep":
+        return _sweep()
     if commands[0] == "report":
         return _report()
     if _CONFIG.value is None:

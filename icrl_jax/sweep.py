@@ -47,6 +47,18 @@ DISTRIBUTIONS = ("uniform", "log_uniform", "choice")
 def add_sweep_fields(config: ml_collections.ConfigDict, space: dict[str, dict[str, Any]],
                      num_assignments: int = 20, max_replicas: int = 8) -> None:
     """Give `config` a `sweep` section; `space` maps dotted config keys to one distribution."""
+    config.sweep = ml_collections.ConfigDict(dict(
+        num_assignments=num_assignments,
+        seed=0,
+        max_replicas=max_replicas,  # assignments per vmapped program (memory bound)
+        score="model_last_episode_return",  # the eval result EMP is computed over
+        space=nested_space(space),
+    ))
+
+
+def nested_space(space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """{dotted key: spec} -> the nested dict stored as `sweep.space` (ConfigDict keys hold no
+    dots); `flatten_space` inverts it."""
     nested: dict[str, Any] = {}
     for dotted, spec in space.items():
         node = nested
@@ -54,13 +66,7 @@ def add_sweep_fields(config: ml_collections.ConfigDict, space: dict[str, dict[st
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = dict(spec)
-    config.sweep = ml_collections.ConfigDict(dict(
-        num_assignments=num_assignments,
-        seed=0,
-        max_replicas=max_replicas,  # assignments per vmapped program (memory bound)
-        score="model_last_episode_return",  # the eval result EMP is computed over
-        space=nested,
-    ))
+    return nested
 
 
 def table2_space(ngram: bool) -> dict[str, dict[str, Any]]:
@@ -210,6 +216,9 @@ def make_replica_trainer(config, env, vmapped: bool):
     return jax.jit(init_one), jax.jit(train_steps, donate_argnums=1)
 
 
+_TRAINERS: dict[tuple, tuple] = {}
+
+
 def train_assignments(config, env, data: StepWindows, assignments: Sequence[dict[str, Any]],
                       seeds: Sequence[int], vmapped: bool = True):
     """Train assignments of one group (all steps): side by side (`vmapped`) or one by one.
@@ -222,7 +231,11 @@ def train_assignments(config, env, data: StepWindows, assignments: Sequence[dict
                          f"train.steps_per_call={config.train.steps_per_call}")
     hypers = hyper_arrays(config, assignments)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-    init, train_steps = make_replica_trainer(config, env, vmapped)
+    # One jitted trainer per group config, reused by every chunk (and every one-by-one run).
+    cache_key = (config.to_json(sort_keys=True), id(env), vmapped)
+    if cache_key not in _TRAINERS:
+        _TRAINERS[cache_key] = make_replica_trainer(config, env, vmapped)
+    init, train_steps = _TRAINERS[cache_key]
     calls = config.train.num_steps // config.train.steps_per_call
 
     def run(hyper, key):

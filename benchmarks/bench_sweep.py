@@ -1,0 +1,121 @@
+"""Hyperparameter-sweep throughput: assignments trained per hour, one by one vs vmapped replicas.
+
+The workload is the n-gram Dark Room `:quick` model (AD + 1-gram layer after block 1, d=32,
+2 blocks, batch 16, context 100) on random Dark-Room-shaped data; each assignment is
+`--steps` updates with its own learning rate, weight decay, dropouts and label smoothing.
+"one by one" trains K assignments in sequence through one compiled single-replica program
+(hyperparameters are traced, so it compiles once); "vmapped" trains the same K side by side in
+one program. Compilation is timed separately (first call) and excluded from the rate.
+
+    python benchmarks/bench_sweep.py [--steps 200] [--replicas 4 8] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+import time
+
+import jax
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import envs  # noqa: E402
+from icrl_jax import sweep as S  # noqa: E402
+from icrl_jax.data.dataset import to_step_windows  # noqa: E402
+from icrl_jax.data.history import History  # noqa: E402
+from experiments.ngram.darkroom import get_config  # noqa: E402
+
+RESULTS = os.path.join(ROOT, "benchmarks", "RESULTS.md")
+SECTION = "## Hyperparameter sweep throughput"
+
+
+def workload(steps: int):
+    config = get_config("quick")
+    config.unlock()
+    config.train.num_steps = steps
+    config.train.steps_per_call = min(steps, 100)
+    config.lock()
+    rng = np.random.default_rng(0)
+    n, t = 80, 2000
+    history = History(observations=rng.integers(0, 81, (n, t)).astype(np.int32),
+                      actions=rng.integers(0, 5, (n, t)).astype(np.int32),
+                      rewards=rng.integers(0, 2, (n, t)).astype(np.float32),
+                      dones=np.zeros((n, t), bool), task_ids=np.arange(n, dtype=np.int32),
+                      action_mask=np.ones((n, 5), bool))
+    return config, envs.make("darkroom"), jax.device_put(to_step_windows(history))
+
+
+def cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def measure(config, env, data, assignments, vmapped: bool) -> dict:
+    seeds = list(range(len(assignments)))
+    tic = time.perf_counter()
+    S.train_assignments(config, env, data, assignments[:len(assignments) if vmapped else 1],
+                        seeds, vmapped=vmapped)  # compile (+ one run)
+    first = time.perf_counter() - tic
+    tic, cpu = time.perf_counter(), cpu_seconds()
+    S.train_assignments(config, env, data, assignments, seeds, vmapped=vmapped)
+    wall, cpu = time.perf_counter() - tic, cpu_seconds() - cpu
+    return dict(first=first, wall=wall, cpu=cpu, per_hour=3600 * len(assignments) / wall,
+                per_cpu_hour=3600 * len(assignments) / cpu)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--steps", type=int, default=200, help="updates per assignment")
+    ap.add_argument("--replicas", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    config, env, data = workload(args.steps)
+    space = S.flatten_space(config.sweep.space)
+    rows = []
+    load_before = os.getloadavg()[0]
+    for k in args.replicas:
+        assignments = [S.sample_assignment(space, 0, i) for i in range(k)]
+        for vmapped in (False, True):
+            r = measure(config, env, data, assignments, vmapped)
+            r.update(k=k, mode=f"vmapped (K={k} in one program)" if vmapped else "one by one")
+            rows.append(r)
+            print(r, flush=True)
+    load_after = os.getloadavg()[0]
+    lines = [SECTION, "",
+             f"Command: `python benchmarks/bench_sweep.py --steps {args.steps} --replicas "
+             f"{' '.join(map(str, args.replicas))}`. Hardware: {platform.machine()}, "
+             f"{os.cpu_count()} CPU cores **shared with other engineers' jobs** (load average "
+             f"{load_before:.1f} before, {load_after:.1f} after), jax {jax.__version__} CPU, float32. "
+             f"Workload: the n-gram Dark Room `:quick` model (AD + 1-gram layer, d=32, 2 blocks, "
+             f"batch 16, context 100), {args.steps} updates per assignment; rates exclude the "
+             "first call (compilation), timed separately. CPU time is user+system of this "
+             "process (less inflated by other jobs than wall time).", "",
+             "| K assignments | mode | compile + first run (s) | wall (s) | CPU (s) | "
+             "assignments / hour (wall) | assignments / CPU-hour | speed-up (wall) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    base = {}
+    for r in rows:
+        if r["mode"] == "one by one":
+            base[r["k"]] = r["wall"]
+        lines.append(f"| {r['k']} | {r['mode']} | {r['first']:.1f} | {r['wall']:.1f} | "
+                     f"{r['cpu']:.1f} | {r['per_hour']:.0f} | {r['per_cpu_hour']:.0f} | "
+                     f"{base[r['k']] / r['wall']:.2f}x |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_write:
+        old = open(RESULTS).read() if os.path.exists(RESULTS) else "# Benchmark results\n"
+        pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+        new = (pattern.sub(lambda m: text + "\n", old, count=1) if pattern.search(old)
+               else old.rstrip("\n") + "\n\n" + text)
+        with open(RESULTS, "w") as f:
+            f.write(new)
+
+
+if __name__ == "__main__":
+    main()

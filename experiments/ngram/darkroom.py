@@ -1,0 +1,99 @@
+"""AD with n-gram induction heads on Dark Room 9x9: random HP search, EMP (n-gram paper, Fig. 6).
+
+`icrl-jax sweep --config experiments/ngram/darkroom.py[:preset]` samples `sweep.num_assignments`
+assignments from Table 2(a), trains each (10K updates, batch 1024, hidden 512 at paper scale),
+evaluates it in context on every held-out goal, and writes `results.jsonl` + EMP to the workdir.
+
+Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories):
+  `ad`                   the AD baseline (no n-gram layers), same budget and search space.
+  `goals{G}[_ad]`        G in 10/20/40/60 training goals, 1K histories, evaluated on the other 80-G
+                         (Fig. 6, bottom row).
+  `histories{H}[_ad]`    H in 100/200/500/1000 learning histories over 60 goals (Fig. 6, top).
+  `quick`, `quick_ad`    a 2-core CPU in ~5 minutes each: 20 training goals, 80 histories of 40
+                         episodes, a tiny model, 400 updates, only shape-preserving hyperparameters
+                         searched (one vmapped program per method).
+"""
+
+from icrl_jax.config import apply_preset, base_config
+from icrl_jax.sweep import VMAPPED, add_sweep_fields, nested_space, table2_space
+
+AD_BASELINE = {"model.ngram_positions": (), "sweep.space": nested_space(table2_space(ngram=False))}
+
+QUICK = {
+    "data.num_train_tasks": 20,
+    "data.num_test_tasks": 60,
+    "data.histories_per_task": 4,
+    "data.num_steps": 2000,  # 40 episodes per learning history
+    "model.d_model": 32,
+    "model.num_layers": 2,
+    "model.num_heads": 2,
+    "model.max_len": 100,
+    "train.num_steps": 400,
+    "train.batch_size": 16,
+    "train.seq_len": 100,  # two episodes: cross-episode context
+    "train.warmup_steps": 40,
+    "train.steps_per_call": 100,
+    "train.log_every": 100,
+    "train.checkpoint_every": 400,
+    "eval.num_steps": 250,  # 5 in-context episodes
+    "eval.num_envs_per_task": 1,
+    "sweep.num_assignments": 12,
+    "sweep.max_replicas": 4,
+}
+
+
+def quick_space(ngram: bool) -> dict:
+    """Table 2(a) restricted to the hyperparameters that keep shapes (vmapped together)."""
+    space = table2_space(ngram)
+    return nested_space({k: v for k, v in space.items() if k in VMAPPED})
+
+
+def presets() -> dict:
+    out = {
+        "ad": dict(AD_BASELINE),
+        "quick": dict(QUICK, **{"sweep.space": quick_space(True)}),
+        "quick_ad": dict(QUICK, **{"model.ngram_positions": (), "sweep.space": quick_space(False)}),
+    }
+    for goals in (10, 20, 40, 60):
+        setting = {"data.num_train_tasks": goals, "data.num_test_tasks": 80 - goals,
+                   "data.histories_per_task": -(-1000 // goals)}
+        out[f"goals{goals}"] = setting
+        out[f"goals{goals}_ad"] = dict(setting, **AD_BASELINE)
+    for histories in (100, 200, 500, 1000):
+        setting = {"data.num_train_tasks": 60, "data.num_test_tasks": 20,
+                   "data.histories_per_task": -(-histories // 60)}
+        out[f"histories{histories}"] = setting
+        out[f"histories{histories}_ad"] = dict(setting, **AD_BASELINE)
+    return out
+
+
+def get_config(preset: str = ""):
+    config = base_config()
+    config.experiment = "ngram_darkroom"
+    config.env.name = "darkroom"
+    config.data.source = "q_learning"
+    config.data.source_kwargs.lr = 0.3
+    config.data.source_kwargs.discount = 0.9
+    config.data.source_kwargs.decay_fraction = 0.5
+    config.data.num_train_tasks = 60
+    config.data.num_test_tasks = 20
+    config.data.histories_per_task = 17  # ~1K learning histories
+    config.data.num_steps = 10_000  # 200 episodes of 50 steps
+    config.model.d_model = 512
+    config.model.num_layers = 4
+    config.model.num_heads = 8
+    config.model.max_len = 200
+    config.model.ngram_positions = (1,)  # after the first block (paper's default)
+    config.model.ngram_max = 1
+    config.model.ngram_match = "transition"
+    config.train.num_steps = 10_000
+    config.train.batch_size = 1024
+    config.train.seq_len = 200
+    config.train.warmup_steps = 500
+    config.train.steps_per_call = 100
+    config.train.log_every = 100
+    config.train.checkpoint_every = 1000
+    config.eval.num_steps = 2000  # 40 in-context episodes
+    config.eval.num_envs_per_task = 5
+    add_sweep_fields(config, table2_space(ngram=True), num_assignments=100, max_replicas=8)
+    return apply_preset(config, presets(), preset)
