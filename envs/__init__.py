@@ -9,6 +9,7 @@ from envs.bandits import BernoulliBandit, ContextualBandit
 from envs.core import ICRLEnv, InvalidActionError, check_actions, stack_params
 from envs.darkroom import (CompositeDarkRoom, DarkRoom, KeyToDoor, composite_actions,
                            headless_ad_action_sets, split_actions)
+from envs.multidiscrete import ButtonRoom
 from envs.tasks import split_tasks
 
 REGISTRY: dict[str, type[ICRLEnv]] = {
@@ -17,6 +18,7 @@ REGISTRY: dict[str, type[ICRLEnv]] = {
     "darkroom": DarkRoom,
     "darkroom_composite": CompositeDarkRoom,
     "key_to_door": KeyToDoor,
+    "button_room": ButtonRoom,  # multi-discrete (move, press) actions: envs/multidiscrete.py
 }
 
 
@@ -30,5 +32,5 @@ def make(name: str, **kwargs) -> ICRLEnv:
 __all__ = [
     "REGISTRY", "make", "ICRLEnv", "InvalidActionError", "check_actions", "stack_params",
     "BernoulliBandit", "ContextualBandit", "DarkRoom", "CompositeDarkRoom", "KeyToDoor",
-    "composite_actions", "split_actions", "headless_ad_action_sets", "split_tasks",
+    "ButtonRoom", "composite_actions", "split_actions", "headless_ad_action_sets", "split_tasks",
 ]
