@@ -72,12 +72,15 @@ def data_mesh() -> Mesh:
 
 
 def make_train_step(method, optimizer: optax.GradientTransformation, batch_size: int,
-                    window: int, steps_per_call: int, mesh: Mesh) -> Callable:
+                    window: int, steps_per_call: int, mesh: Mesh,
+                    sample_fn: Callable = sample_windows) -> Callable:
     """Build `train_steps(state, data, seed_key) -> (state, metrics)`, jitted.
 
     Runs `steps_per_call` optimiser steps in one `lax.scan`. Each step samples its windows on
     device and shards them over the mesh's `data` axis; parameters stay replicated, so XLA
     inserts the gradient all-reduce. The same code runs on 1 or N devices.
+    `sample_fn(data, key, batch_size, window) -> batch` draws the windows (default
+    `sample_windows`; Decision Transformers sample padded trajectory windows instead).
     Metrics are stacked over the inner steps: `{name: (steps_per_call,)}`.
     """
     num_devices = mesh.devices.size
@@ -89,7 +92,7 @@ def make_train_step(method, optimizer: optax.GradientTransformation, batch_size:
         state, data, seed_key = carry
         step_key = jax.random.fold_in(seed_key, state.step)
         sample_key, dropout_key = jax.random.split(step_key)
-        batch = sample_windows(data, sample_key, batch_size, window)
+        batch = sample_fn(data, sample_key, batch_size, window)
         batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
         (loss, metrics), grads = jax.value_and_grad(method.loss, has_aux=True)(
             state.params, batch, dropout_key)
@@ -113,8 +116,8 @@ def make_train_step(method, optimizer: optax.GradientTransformation, batch_size:
 
 
 def init_train_state(method, optimizer, data: StepWindows, key: jax.Array, window: int,
-                     mesh: Mesh) -> TrainState:
-    example = sample_windows(data, key, 1, window)
+                     mesh: Mesh, sample_fn: Callable = sample_windows) -> TrainState:
+    example = sample_fn(data, key, 1, window)
     params = method.init(key, example)
     state = TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
     return jax.device_put(state, NamedSharding(mesh, P()))
@@ -180,11 +183,12 @@ class Checkpointer:
 
 def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir: str,
           signature: dict[str, Any], seed: int = 0, show_progress: bool = True,
-          stop_at: int | None = None) -> TrainState:
+          stop_at: int | None = None, sample_fn: Callable = sample_windows) -> TrainState:
     """Train `method` on `data`, resuming from the latest checkpoint in `workdir` if any.
 
     `stop_at` ends the run early at that step, after checkpointing it, as a preempted job
     would; running again with the same config resumes and ends where an uninterrupted run ends.
+    `sample_fn` draws the training windows from `data` (see `make_train_step`).
 
     Writes metrics to `workdir/metrics.jsonl` and TensorBoard, checkpoints to
     `workdir/checkpoints`. Returns the final state (fetched to host).
@@ -201,13 +205,13 @@ def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir:
     data = jax.device_put(data, NamedSharding(mesh, P()))
     seed_key = jax.random.key(seed)
     state = init_train_state(method, optimizer, data, jax.random.fold_in(seed_key, 2**31 - 1),
-                             config.seq_len, mesh)
+                             config.seq_len, mesh, sample_fn)
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), signature,
                                 config.keep_checkpoints)
     if checkpointer.latest_step() is not None:
         state = jax.device_put(checkpointer.restore(state), NamedSharding(mesh, P()))
     train_steps = make_train_step(method, optimizer, config.batch_size, config.seq_len,
-                                  config.steps_per_call, mesh)
+                                  config.steps_per_call, mesh, sample_fn)
     logger = MetricsLogger(workdir, "train")
     start = int(state.step)
     bar = progress(total=config.num_steps, initial=start, desc="train", disable=not show_progress)

@@ -1,0 +1,135 @@
+"""Offline episode data for Decision Transformers: returns-to-go, padded windows, a noisy expert.
+
+Datasets are generated like every other dataset in the project (`generate_histories`: vmap over
+tasks, scan over steps) and then cut into fixed-length episodes. A training window is K
+consecutive steps of one episode ending at a uniformly chosen step; windows that start before the
+episode are left-padded with masked steps, exactly like the sliding context of an evaluation
+rollout, so a step sits at the same token positions in training and at test time.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from icrl_jax.data import sources
+from icrl_jax.data.history import History, HistoryFormatError
+from icrl_jax.data.sources.uniform import uniform_pick
+
+
+@flax.struct.dataclass
+class Trajectories:
+    """N episodes (or B windows) of T steps in the Decision Transformer format.
+
+    Attributes:
+      observations: float32 `(N, T, *obs_shape)` or int32 ids `(N, T)`: s_t.
+      actions: int32 `(N, T, n)` multi-discrete components (n = 1 for a discrete action), or
+        float32 `(N, T, d)` continuous actions: a_t.
+      rewards: float32 `(N, T)`: r_t.
+      returns_to_go: float32 `(N, T)`: R_t = r_t + ... + r_{T-1} of the episode (unscaled).
+      timesteps: int32 `(N, T)`: step index within the episode.
+      mask: bool `(N, T)`: False for padding steps (never attended to, not in the loss).
+    """
+
+    observations: jax.Array
+    actions: jax.Array
+    rewards: jax.Array
+    returns_to_go: jax.Array
+    timesteps: jax.Array
+    mask: jax.Array
+
+    @property
+    def num_episodes(self) -> int:
+        return self.rewards.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.rewards.shape[1]
+
+
+def returns_to_go(rewards: jax.Array) -> jax.Array:
+    """float `(..., T)` rewards -> `(..., T)` suffix sums (reverse cumulative sum)."""
+    return jnp.flip(jnp.cumsum(jnp.flip(rewards, -1), -1), -1)
+
+
+def episodes_from_history(history: History, episode_length: int, split_action=None) -> Trajectories:
+    """Cut N histories of E fixed-length episodes into N * E episodes.
+
+    Args:
+      history: histories whose episodes all last `episode_length` steps (truncation only).
+      split_action: flat action int `(...)` -> components int32 `(..., n)`; None keeps the flat
+        index as a single component (n = 1).
+    """
+    n, length = history.actions.shape
+    if length % episode_length:
+        raise HistoryFormatError(f"histories of {length} steps are not whole episodes of "
+                                 f"{episode_length} steps")
+    dones = np.asarray(history.dones).reshape(n, -1, episode_length)
+    if not (dones[..., -1].all() and not dones[..., :-1].any()):
+        raise HistoryFormatError(f"episodes do not all end after exactly {episode_length} steps")
+
+    def episodes(x):
+        return jnp.asarray(x).reshape((-1, episode_length) + x.shape[2:])
+
+    actions = jnp.asarray(history.actions, jnp.int32)
+    actions = actions[..., None] if split_action is None else split_action(actions)
+    rewards = episodes(jnp.asarray(history.rewards, jnp.float32))
+    return Trajectories(
+        observations=episodes(history.observations), actions=episodes(actions), rewards=rewards,
+        returns_to_go=returns_to_go(rewards),
+        timesteps=jnp.broadcast_to(jnp.arange(episode_length, dtype=jnp.int32), rewards.shape),
+        mask=jnp.ones(rewards.shape, bool))
+
+
+def pad_for_windows(data: Trajectories, window: int) -> Trajectories:
+    """Prepend `window - 1` masked zero steps to every episode: `(N, T)` -> `(N, T + window - 1)`,
+    so that `sample_trajectory_windows` can cut fixed-shape windows ending at any real step."""
+    def pad(x):
+        widths = [(0, 0), (window - 1, 0)] + [(0, 0)] * (x.ndim - 2)
+        return jnp.pad(x, widths)
+    return jax.tree.map(pad, data)
+
+
+def sample_trajectory_windows(data: Trajectories, key: jax.Array, batch_size: int,
+                              window: int) -> Trajectories:
+    """`batch_size` windows of `window` steps from `pad_for_windows` data, on device.
+
+    Episode and end step are uniform; a window ending at step t holds steps t-K+1..t, the ones
+    before the episode start being masked padding. Returns `Trajectories` with `(B, K, ...)`.
+    """
+    num_episodes, padded = data.rewards.shape
+    key_episode, key_start = jax.random.split(key)
+    rows = jax.random.randint(key_episode, (batch_size,), 0, num_episodes)
+    starts = jax.random.randint(key_start, (batch_size,), 0, padded - window + 1)
+
+    def window_of(row, start):
+        return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x[row], start, window, 0), data)
+
+    return jax.vmap(window_of)(rows, starts)
+
+
+def noisy_expert(env, num_steps: int, eps_start: float = 1.0, eps_end: float = 0.0,
+                 decay_fraction: float = 1.0) -> sources.Source:
+    """Source acting like `env.expert_action` with prob 1 - eps, else uniformly at random.
+
+    eps decays linearly from `eps_start` to `eps_end` over `decay_fraction * num_steps` steps, so
+    one history holds episodes of every quality from random to expert: the spread of returns a
+    Decision Transformer needs to learn what a return-to-go means. State: int32 `()` step count.
+    """
+    decay_steps = max(decay_fraction * num_steps, 1e-6)
+
+    def init(key, params):
+        return jnp.int32(0)
+
+    def act(key, t, obs, env_state, params):
+        u = jax.random.uniform(key, (2,))
+        eps = eps_start + (eps_end - eps_start) * jnp.minimum(t / decay_steps, 1.0)
+        random_action = uniform_pick(u[1], params.action_mask)
+        return jnp.where(u[0] < eps, random_action, env.expert_action(env_state, params))
+
+    def update(key, t, transition, params):
+        return t + 1
+
+    return sources.Source(init, act, update, name="noisy_expert")
