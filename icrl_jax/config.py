@@ -58,6 +58,25 @@ def base_config() -> ml_collections.ConfigDict:
     return config
 
 
+def cpu_preset(*, train_steps: int, batch_size: int, seq_len: int, learning_rate: float = 1e-3,
+               d_model: int = 64, num_layers: int = 2, num_heads: int = 4,
+               dropout: float = 0.0, **extra: Any) -> dict[str, Any]:
+    """Dotted overrides shared by the `quick` presets: a small model trained briefly on a CPU.
+
+    `extra` adds experiment-specific dotted keys (pass them as `**{"data.num_steps": 100}`).
+    """
+    return {
+        "model.d_model": d_model, "model.num_layers": num_layers, "model.num_heads": num_heads,
+        "model.embedding_dropout": dropout, "model.residual_dropout": dropout,
+        "model.attention_dropout": dropout,
+        "train.num_steps": train_steps, "train.batch_size": batch_size,
+        "train.seq_len": seq_len, "train.learning_rate": learning_rate,
+        "train.warmup_steps": 100, "train.steps_per_call": 50, "train.log_every": 100,
+        "train.checkpoint_every": 500,
+        **extra,
+    }
+
+
 def apply_preset(config: ml_collections.ConfigDict, presets: Mapping[str, Mapping[str, Any]],
                  preset: str) -> ml_collections.ConfigDict:
     """Apply `presets[preset]` (dotted key -> value) to `config`; '' keeps the paper default."""
