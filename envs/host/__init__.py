@@ -1,0 +1,5 @@
+"""Non-JAX simulators (Miniworld, ViZDoom) as gymnasium vector envs behind batched JAX callbacks.
+
+See `envs.host.bridge`. Simulator modules are imported explicitly (they pull in heavy native
+dependencies), e.g. `from envs.host import miniworld`.
+"""

@@ -1,0 +1,138 @@
+"""Host simulators behind the batched callback bridge (Miniworld, ViZDoom), pixel Dark Room.
+
+Simulators start in spawned worker processes, so the pools are module-scoped fixtures.
+"""
+
+import functools
+import os
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import io_callback
+
+from envs.host import miniworld as mw
+from envs.host.bridge import HostEnvError, HostStep, RandomPolicy, env_seeds, host_rollout
+
+STEPS = 120  # crosses the 50-step dark-room and the 100-step key-to-door episode ends
+
+
+def direct_rollout(env_fns, seed, actions):
+    """Step the same envs in this process, SAME_STEP autoreset, -> obs (N, T, ...), rewards, dones."""
+    envs = [fn() for fn in env_fns]
+    obs = [env.reset(seed=s)[0] for env, s in zip(envs, env_seeds(seed, len(envs)))]
+    all_obs, rewards, dones = [], [], []
+    for t in range(actions.shape[1]):
+        all_obs.append(np.stack(obs))
+        row_r, row_d = [], []
+        for i, env in enumerate(envs):
+            o, r, term, trunc, _ = env.step(actions[i, t])
+            if term or trunc:
+                o, _ = env.reset()
+            obs[i] = o
+            row_r.append(r)
+            row_d.append(term or trunc)
+        rewards.append(row_r)
+        dones.append(row_d)
+    for env in envs:
+        env.close()
+    swap = lambda x: np.swapaxes(np.asarray(x), 0, 1)
+    return swap(all_obs), swap(rewards).astype(np.float32), swap(dones)
+
+
+MINIWORLD_FNS = [functools.partial(mw.make_darkroom, 3, 50),
+                 functools.partial(mw.make_key_to_door, 20, 60, 100)]
+
+
+@pytest.fixture(scope="module")
+def miniworld_pool():
+    from envs.host.bridge import HostVectorEnv
+    pool = HostVectorEnv(MINIWORLD_FNS, timeout_s=60)
+    yield pool
+    pool.close()
+
+
+def test_miniworld_bridge_matches_direct_stepping(miniworld_pool):
+    policy = mw.NoisyOracle(STEPS, eps_start=1.0, eps_end=0.0)
+    out = host_rollout(miniworld_pool, policy, STEPS, jax.random.PRNGKey(1), seed=7)
+    assert out["observations"].shape == (2, STEPS, 64, 64, 3)
+    assert out["observations"].dtype == jnp.uint8
+    actions = np.asarray(out["actions"])
+    obs, rewards, dones = direct_rollout(MINIWORLD_FNS, 7, actions)
+    np.testing.assert_array_equal(np.asarray(out["observations"]), obs)
+    np.testing.assert_array_equal(np.asarray(out["rewards"]), rewards)
+    np.testing.assert_array_equal(np.asarray(out["dones"]), dones)
+    # the 50-step dark room truncates at steps 50 and 100
+    assert np.asarray(out["truncated"])[0].nonzero()[0].tolist() == [49, 99]
+    # the oracle finds the dark-room goal once epsilon has decayed
+    assert rewards[0, 50:].sum() > 0
+    # the same seed and key reproduce the rollout
+    again = host_rollout(miniworld_pool, policy, STEPS, jax.random.PRNGKey(1), seed=7)
+    np.testing.assert_array_equal(np.asarray(again["observations"]), obs)
+
+
+class KillAt:
+    """A policy that kills (or freezes) worker 1 from inside the scan at step `t_kill`."""
+
+    def __init__(self, pool, t_kill, sig):
+        self.pool, self.t_kill, self.sig, self.inner = pool, t_kill, sig, RandomPolicy(
+            pool.single_action_space)
+
+    def init(self, key, n):
+        return ()
+
+    def act(self, key, state, step: HostStep):
+        def maybe_kill(t):
+            if int(t) == self.t_kill:
+                os.kill(self.pool.processes[1].pid, self.sig)
+            return np.int32(0)
+
+        io_callback(maybe_kill, jax.ShapeDtypeStruct((), np.int32), step.t, ordered=True)
+        return self.inner.act(key, state, step)
+
+
+@pytest.mark.parametrize("sig,reason", [(signal.SIGKILL, "died"), (signal.SIGSTOP, "timeout")])
+def test_failed_worker_names_env_worker_step_and_keeps_record(miniworld_pool, sig, reason):
+    miniworld_pool.timeout_s = 5.0  # a frozen worker is declared hung after this
+    try:
+        with pytest.raises(HostEnvError) as info:
+            host_rollout(miniworld_pool, KillAt(miniworld_pool, 7, sig), 20,
+                         jax.random.PRNGKey(0), seed=3)
+        err = info.value
+        assert (err.worker, err.step, err.reason) == (1, 7, reason)
+        assert err.env_name == "miniworld_key_to_door[1]"
+        assert "miniworld_key_to_door[1]" in str(err) and "step 7" in str(err)
+        assert err.recorded["observations"].shape == (7, 2, 64, 64, 3)
+        assert err.recorded["actions"].shape == (7, 2)
+        # a broken pool refuses to step until restarted
+        with pytest.raises(HostEnvError, match="restart"):
+            miniworld_pool.reset(seed=0)
+    finally:
+        miniworld_pool.timeout_s = 60.0
+        miniworld_pool.restart()
+    # the restarted pool reproduces a rollout exactly
+    policy = RandomPolicy(miniworld_pool.single_action_space)
+    out = host_rollout(miniworld_pool, policy, 10, jax.random.PRNGKey(2), seed=5)
+    obs, rewards, _ = direct_rollout(MINIWORLD_FNS, 5, np.asarray(out["actions"]))
+    np.testing.assert_array_equal(np.asarray(out["observations"]), obs)
+
+
+def test_miniworld_task_split_is_disjoint():
+    train, test = mw.task_split(mw.darkroom_goals(), 50, 20, seed=0)
+    assert len(set(train.tolist()) & set(test.tolist())) == 0 and len(train) == 50
+    pairs = mw.key_door_pairs()
+    tr, te = mw.task_split(pairs, 2000, 100, seed=1)
+    assert not {tuple(p) for p in tr} & {tuple(p) for p in te}
+    assert (pairs[:, 0] != pairs[:, 1]).all()
+
+
+def test_oracle_turns_toward_target():
+    # heading 0 looks along +x; target straight ahead -> forward, behind-left -> turn left
+    priv = jnp.array([[1.5, 1.5, 0.0, 5.5, 1.5, 0.0],
+                      [1.5, 1.5, 0.0, 1.5, 0.5, 0.0],  # -z is to the left (dir_vec=(cos, -sin))
+                      [1.5, 1.5, 0.0, 1.5, 3.5, 0.0],
+                      [1.5, 1.5, 0.0, 1.2, 1.9, 0.0]])  # same cell: turn in place
+    assert mw.oracle_action(priv).tolist() == [mw.FORWARD, mw.TURN_LEFT, mw.TURN_RIGHT,
+                                               mw.TURN_LEFT]
