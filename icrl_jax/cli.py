@@ -78,7 +78,9 @@ def _run(argv: list[str]) -> None:
         raise app.UsageError("--config is required, e.g. --config experiments/ad/darkroom.py:quick")
     config = pipeline.resolve_config(_CONFIG.value)
     command = commands[0]
-    if command == "generate":
+    if config.method in pipeline.DT_METHOD_NAMES and command in ("generate", "train", "evaluate"):
+        pipeline.run_dt(config, command)
+    elif command == "generate":
         pipeline.generate(config, force=True)
     elif command == "train":
         pipeline.train(config)

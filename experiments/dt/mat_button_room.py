@@ -1,0 +1,7 @@
+"""mat on Button Room; see `button_room.py` for the presets (`:quick`, default = paper scale)."""
+
+from experiments.dt.button_room import make_config
+
+
+def get_config(preset: str = ""):
+    return make_config("mat", preset)
