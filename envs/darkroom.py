@@ -155,12 +155,36 @@ class DarkRoom(_Grid):
     Args:
       size: grid side (9).
       episode_length: steps per episode, ended by truncation (50).
+      pixels: observe a uint8 RGB image `(size*cell_px, size*cell_px, 3)` instead of the cell id:
+        black floor, the agent's cell red (Headless-AD App. E); the goal stays invisible.
+      cell_px: pixels per cell side in the image.
     Tasks: id t in [0, size**2 - 1) -> goal cell t, skipping the centre (80 tasks on 9x9).
     """
 
-    def __init__(self, size: int = 9, episode_length: int = 50):
+    def __init__(self, size: int = 9, episode_length: int = 50, pixels: bool = False,
+                 cell_px: int = 1):
         super().__init__(size, episode_length)
         self.num_tasks = self.size * self.size - 1
+        self.pixels, self.cell_px = bool(pixels), int(cell_px)
+        if self.pixels:
+            side = self.size * self.cell_px
+            self.num_observations = None
+            self.observation_shape = (side, side, 3)
+
+    def observe(self, pos: jax.Array) -> jax.Array:
+        """The observation at pos `(2,)`: int32 cell id, or with `pixels` uint8 `(H, W, 3)`."""
+        if not self.pixels:
+            return self.cell(pos)
+        # Rendered on device: a one-hot of the agent's cell, upsampled to cell_px blocks.
+        rows = jnp.arange(self.size * self.cell_px) // self.cell_px
+        agent = (rows[:, None] == pos[0]) & (rows[None, :] == pos[1])
+        red = jnp.array([255, 0, 0], jnp.uint8)
+        return jnp.where(agent[..., None], red, jnp.uint8(0))
+
+    def observation_space(self, params=None):
+        if not self.pixels:
+            return super().observation_space(params)
+        return spaces.Box(0, 255, self.observation_shape, jnp.uint8)
 
     @property
     def name(self) -> str:
@@ -184,14 +208,14 @@ class DarkRoom(_Grid):
 
     def reset_env(self, key, params):
         pos = jnp.asarray(self.centre)
-        return self.cell(pos), GridState(pos=pos, time=jnp.int32(0))
+        return self.observe(pos), GridState(pos=pos, time=jnp.int32(0))
 
     def step_env(self, key, state, action, params):
         pos = self.move(state.pos, action)
         cell = self.cell(pos)
         reward = (cell == params.goal).astype(jnp.float32)
         # The goal does not end the episode: only the time limit does (gymnax's is_truncated).
-        return cell, GridState(pos=pos, time=state.time + 1), reward, jnp.bool_(False), {}
+        return self.observe(pos), GridState(pos=pos, time=state.time + 1), reward, jnp.bool_(False), {}
 
     def optimal_return(self, params) -> jax.Array:
         """Best episode return, float32: walk the shortest path, then stay on the goal."""

@@ -136,3 +136,36 @@ def test_oracle_turns_toward_target():
                       [1.5, 1.5, 0.0, 1.2, 1.9, 0.0]])  # same cell: turn in place
     assert mw.oracle_action(priv).tolist() == [mw.FORWARD, mw.TURN_LEFT, mw.TURN_RIGHT,
                                                mw.TURN_LEFT]
+
+
+def test_pixel_darkroom_shows_agent_where_state_says():
+    from envs.darkroom import DarkRoom
+    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.sources.uniform import uniform_random
+
+    env = DarkRoom(pixels=True, cell_px=2)
+    assert env.observation_shape == (18, 18, 3) and not env.discrete_observations
+    params = env.task_params(5)
+    key = jax.random.PRNGKey(0)
+    obs, state = env.reset(key, params)
+    for action in [0, 0, 2, 3, 3, 3, 1, 4]:
+        key, k = jax.random.split(key)
+        obs, state, *_ = env.step(k, state, jnp.int32(action), params)
+        img = np.asarray(obs)
+        assert img.dtype == np.uint8
+        red = np.argwhere((img == [255, 0, 0]).all(-1))
+        r, c = np.asarray(state.pos) * 2
+        assert sorted(map(tuple, red)) == [(r, c), (r, c + 1), (r + 1, c), (r + 1, c + 1)]
+        assert (img.sum(-1) > 0).sum() == 4  # nothing else is drawn (the goal is invisible)
+    # the cell-id env is unchanged, and pixel histories come out of the on-device generator
+    plain = DarkRoom()
+    assert plain.reset(key, params)[0].dtype == jnp.int32
+    hist = generate_histories(env, uniform_random(), env.task_params(jnp.arange(3)), 60, key)
+    assert hist.observations.shape == (3, 60, 18, 18, 3)
+    ref = generate_histories(plain, uniform_random(), plain.task_params(jnp.arange(3)), 60, key)
+    np.testing.assert_array_equal(hist.actions, ref.actions)
+    cells = np.asarray(ref.observations)
+    rows, cols = cells // 9, cells % 9
+    lit = np.asarray(hist.observations)[..., 0][np.arange(3)[:, None], np.arange(60)[None],
+                                                  rows * 2, cols * 2]
+    assert (lit == 255).all()
