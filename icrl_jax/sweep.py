@@ -217,6 +217,10 @@ def make_replica_trainer(config, env, vmapped: bool):
 
 
 _TRAINERS: dict[tuple, tuple] = {}
+# Envs and evaluation methods per config, so a resumed sweep in the same process (and every
+# chunk of a group) reuses the compiled rollout: the rollout program is keyed on both objects.
+_ENVS: dict[str, Any] = {}
+_EVAL_METHODS: dict[str, Any] = {}
 
 
 def train_assignments(config, env, data: StepWindows, assignments: Sequence[dict[str, Any]],
@@ -232,7 +236,7 @@ def train_assignments(config, env, data: StepWindows, assignments: Sequence[dict
     hypers = hyper_arrays(config, assignments)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     # One jitted trainer per group config, reused by every chunk (and every one-by-one run).
-    cache_key = (config.to_json(sort_keys=True), id(env), vmapped)
+    cache_key = (config.to_json(sort_keys=True), type(env).__name__, vmapped)
     if cache_key not in _TRAINERS:
         _TRAINERS[cache_key] = make_replica_trainer(config, env, vmapped)
     init, train_steps = _TRAINERS[cache_key]
@@ -266,6 +270,34 @@ def read_results(workdir: str) -> list[dict[str, Any]]:
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _check_fingerprint(config) -> None:
+    """Refuse to extend results written under a different config (anything but the number of
+    assignments, the replicas per program, and run/workdir bookkeeping changes results)."""
+    ignored = ("sweep.num_assignments", "sweep.max_replicas", "workdir", "preset", "data.path")
+    current = {k: v for k, v in _flat(json.loads(config.to_json(sort_keys=True))).items()
+               if not k.startswith("run.") and k not in ignored}
+    path = os.path.join(config.workdir, "sweep_config.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        diff = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+        if diff:
+            raise ValueError(f"{config.workdir} holds a sweep with a different config; use a new "
+                             "workdir. Differing keys: " + ", ".join(
+                                 f"{k}: {saved.get(k)!r} (saved) vs {current.get(k)!r}"
+                                 for k in diff))
+    else:
+        with open(path, "w") as f:
+            json.dump(current, f, indent=1, sort_keys=True)
 
 
 def _baselines(config, env, test_ids) -> dict[str, float]:
@@ -329,7 +361,10 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
         if section not in config or key not in config[section]:
             raise KeyError(f"sweep.space names {dotted!r}, which is not a config key")
     os.makedirs(config.workdir, exist_ok=True)
-    env = pipeline.build_env(config)
+    env_key = config.env.to_json(sort_keys=True)
+    if env_key not in _ENVS:
+        _ENVS[env_key] = pipeline.build_env(config)
+    env = _ENVS[env_key]
     assignments = [sample_assignment(space, config.sweep.seed, i)
                    for i in range(config.sweep.num_assignments)]
     results = read_results(config.workdir)
@@ -339,6 +374,7 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
             raise ValueError(f"{_results_path(config)} holds assignment {r['index']} = "
                              f"{r['assignment']}, but this search space samples "
                              f"{assignments[r['index']]}; use a new workdir or the old space")
+    _check_fingerprint(config)
     done = {r["index"] for r in results}
     pending = [i for i in range(len(assignments)) if i not in done]
     if not pending:
@@ -363,7 +399,10 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
         for indices in groups.values():
             group_config = assignment_config(config, {k: v for k, v in assignments[indices[0]].items()
                                                       if k not in VMAPPED})
-            eval_method = pipeline.build_method(group_config, env)  # one rollout compile/group
+            method_key = group_config.to_json(sort_keys=True)
+            if method_key not in _EVAL_METHODS:
+                _EVAL_METHODS[method_key] = pipeline.build_method(group_config, env)
+            eval_method = _EVAL_METHODS[method_key]
             size = max(1, int(config.sweep.max_replicas)) if vmapped else 1
             for start in range(0, len(indices), size):
                 chunk = indices[start:start + size]

@@ -108,22 +108,29 @@ def test_emp_hand_computed():
 
 def test_sweep_writes_results_and_resumes(tmp_path):
     config = tiny_config(tmp_path / "sweep", ngram=True)
+    config.model.num_layers = 1
+    config.eval.num_steps = 50
     config.sweep.num_assignments = 2
+    config.sweep.max_replicas = 2
     results = S.run_sweep(config)
     assert sorted(r["index"] for r in results) == [0, 1]
     lines = (tmp_path / "sweep" / "results.jsonl").read_text().splitlines()
     first = [json.loads(x) for x in lines]
     assert {r["replicas"] for r in first} == {2}
     assert all(np.isfinite(r["model_last_episode_return"]) for r in first)
-    config.sweep.num_assignments = 3  # a rerun trains only the missing assignment
+    config.sweep.num_assignments = 4  # a rerun trains only the missing assignments
     S.run_sweep(config)
     lines = (tmp_path / "sweep" / "results.jsonl").read_text().splitlines()
-    assert [json.loads(x)["index"] for x in lines] == [0, 1, 2]
+    assert [json.loads(x)["index"] for x in lines] == [0, 1, 2, 3]
     assert [json.loads(x) for x in lines[:2]] == first
     emp = json.loads((tmp_path / "sweep" / "emp.json").read_text())
-    assert len(emp["emp_mean"]) == 3 and (tmp_path / "sweep" / "emp.png").exists()
+    assert len(emp["emp_mean"]) == 4 and (tmp_path / "sweep" / "emp.png").exists()
     config.sweep.seed = 1  # another space/seed must not mix into this file
     with pytest.raises(ValueError, match="new workdir"):
+        S.run_sweep(config)
+    config.sweep.seed = 0
+    config.train.num_steps = 3  # nor results of another training budget
+    with pytest.raises(ValueError, match="train.num_steps: 6 \\(saved\\) vs 3"):
         S.run_sweep(config)
     summary = S.compare_sweeps([str(tmp_path / "sweep")] * 2, str(tmp_path / "cmp"), ["a", "b"])
     assert set(summary["methods"]) == {"a", "b"}

@@ -9,8 +9,8 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
   `goals{G}[_ad]`        G in 10/20/40/60 training goals, 1K histories, evaluated on the other 80-G
                          (Fig. 6, bottom row).
   `histories{H}[_ad]`    H in 100/200/500/1000 learning histories over 60 goals (Fig. 6, top).
-  `quick`, `quick_ad`    a 2-core CPU in ~5 minutes each: 20 training goals, 80 histories of 40
-                         episodes, a tiny model, 400 updates, only shape-preserving hyperparameters
+  `quick`, `quick_ad`    a 2-core CPU in ~3-8 minutes each: 20 training goals, 80 histories of
+                         40 episodes, a tiny model, 1000 updates, only shape-preserving hyperparameters
                          searched (one vmapped program per method).
 """
 
@@ -28,16 +28,16 @@ QUICK = {
     "model.num_layers": 2,
     "model.num_heads": 2,
     "model.max_len": 100,
-    "train.num_steps": 400,
+    "train.num_steps": 1000,
     "train.batch_size": 16,
     "train.seq_len": 100,  # two episodes: cross-episode context
     "train.warmup_steps": 40,
     "train.steps_per_call": 100,
     "train.log_every": 100,
     "train.checkpoint_every": 400,
-    "eval.num_steps": 250,  # 5 in-context episodes
+    "eval.num_steps": 500,  # 10 in-context episodes
     "eval.num_envs_per_task": 1,
-    "sweep.num_assignments": 12,
+    "sweep.num_assignments": 16,
     "sweep.max_replicas": 4,
 }
 
