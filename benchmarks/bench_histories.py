@@ -100,7 +100,8 @@ def run_q_learning(n, repeats):
     import jax
     import numpy as np
     import envs
-    from icrl_jax.data.histories import episode_returns_ragged, generate_histories
+    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.metrics import episode_returns_ragged
     from icrl_jax.data.sources import q_learning
     env = envs.make("darkroom_composite")
     params = env.task_params(np.arange(n) % env.num_tasks)
@@ -109,7 +110,7 @@ def run_q_learning(n, repeats):
                                          chunk_size=CHUNK)
     seconds, cpu = _time_jax(fn, repeats)
     h = fn(0)
-    rets = episode_returns_ragged(jax.tree.map(lambda x: x[:200], h))
+    rets = episode_returns_ragged(h.rewards[:200], h.dones[:200])
     return {"seconds": seconds, "cpu_seconds": cpu, "late_success": float(np.mean([r[-20:].mean() for r in rets]))}
 
 

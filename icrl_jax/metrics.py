@@ -24,6 +24,14 @@ def episode_returns(rewards: jax.Array, dones: jax.Array, max_episodes: int) -> 
     return jnp.where(complete, sums, jnp.nan)
 
 
+def episode_returns_ragged(rewards, dones) -> list[np.ndarray]:
+    """Per history, the returns of its complete episodes in order (episodes may differ in
+    length and number across histories): `(N, T)` arrays -> N float32 arrays `(E_n,)`."""
+    dones = np.asarray(dones, bool)
+    returns = np.asarray(episode_returns(rewards, dones, max(int(dones.sum(1).max()), 1)))
+    return [row[: int(count)] for row, count in zip(returns, dones.sum(1))]
+
+
 def cumulative_regret(optimal_rewards: jax.Array, chosen_rewards: jax.Array) -> jax.Array:
     """Expected (pseudo-)regret accumulated over steps: `(N, T)` -> `(N, T)`."""
     return jnp.cumsum(optimal_rewards - chosen_rewards, axis=1)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import envs
-from icrl_jax.data.histories import episode_returns, episode_returns_ragged, generate_histories
+from icrl_jax.data.histories import generate_histories
+from icrl_jax.metrics import episode_returns, episode_returns_ragged
 from icrl_jax.data.sources import (linucb, noisy_oracle, q_learning, sample_beta,
                                    thompson_sampling, uniform_random)
 
@@ -68,7 +69,7 @@ def test_q_learning_reaches_goal_on_darkroom():
     episodes = 150
     src = q_learning(env, episodes, lr=0.3, discount=0.9)
     h = generate_histories(env, src, params, episodes * 50, jax.random.PRNGKey(0))
-    returns = episode_returns(h)
+    returns = np.asarray(episode_returns(h.rewards, h.dones, episodes))
     assert returns.shape == (20, episodes)
     assert (returns[:, -10:] > 0).mean() > 0.9
     assert returns[:, -10:].mean() > returns[:, :10].mean() + 5
@@ -78,7 +79,7 @@ def test_q_learning_reaches_goal_on_composite_darkroom():
     env = envs.make("darkroom_composite")
     params = env.task_params(np.arange(0, 80, 4))
     h = generate_histories(env, q_learning(env, 200), params, 200 * 20, jax.random.PRNGKey(0))
-    returns = episode_returns_ragged(h)
+    returns = episode_returns_ragged(h.rewards, h.dones)
     late = np.mean([r[-20:].mean() for r in returns])
     assert late > 0.8
 
@@ -89,7 +90,7 @@ def test_q_learning_opens_the_door_on_key_to_door():
     episodes = 500
     src = q_learning(env, episodes, lr=0.3, discount=0.95)
     h = generate_histories(env, src, params, episodes * 50, jax.random.PRNGKey(0))
-    returns = episode_returns_ragged(h)
+    returns = episode_returns_ragged(h.rewards, h.dones)
     late = np.concatenate([r[-50:] for r in returns])
     early = np.concatenate([r[:50] for r in returns])
     assert (late == 2).mean() > 0.7
@@ -102,7 +103,7 @@ def test_noisy_oracle_return_rises_as_eps_decays(name):
     params = env.task_params(np.arange(0, env.num_tasks, env.num_tasks // 16))
     steps = 50 * 40
     h = generate_histories(env, noisy_oracle(env, steps), params, steps, jax.random.PRNGKey(0))
-    returns = episode_returns_ragged(h)
+    returns = episode_returns_ragged(h.rewards, h.dones)
     early = np.mean([r[:5].mean() for r in returns])
     late = np.mean([r[-4:].mean() for r in returns])
     assert late > early + 0.5
@@ -114,7 +115,7 @@ def test_noisy_oracle_on_composite_darkroom_and_bandit():
     params = env.task_params(np.arange(0, 80, 8), actions="train")
     h = generate_histories(env, noisy_oracle(env, 400, decay_fraction=0.5), params, 400,
                            jax.random.PRNGKey(0))
-    late = np.mean([r[-5:].mean() for r in episode_returns_ragged(h)])
+    late = np.mean([r[-5:].mean() for r in episode_returns_ragged(h.rewards, h.dones)])
     assert late >= np.mean(np.asarray(jax.vmap(env.optimal_return)(params))) - 0.1
     bandit = envs.make("bernoulli_bandit", arms=(4, 20))
     bp = bandit.task_params(np.arange(50))

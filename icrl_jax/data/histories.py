@@ -153,25 +153,3 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
                       task_ids=jnp.asarray(task_ids),
                       action_mask=jnp.asarray(params.action_mask, bool))
     return (history, out) if with_info else history
-
-
-def episode_returns(history: History) -> np.ndarray:
-    """Return of every complete episode, float32 `(N, E)` (assumes equal-length episodes, as in
-    fixed-horizon grid worlds without early termination; otherwise use `episode_returns_ragged`)."""
-    rewards, dones = np.asarray(history.rewards), np.asarray(history.dones)
-    ends = dones[0].nonzero()[0]
-    if not (dones == dones[:1]).all():
-        raise ValueError("episodes differ in length across histories; use episode_returns_ragged")
-    cum = np.cumsum(rewards, axis=1)[:, ends]
-    return np.diff(np.concatenate([np.zeros_like(cum[:, :1]), cum], axis=1), axis=1)
-
-
-def episode_returns_ragged(history: History) -> list[np.ndarray]:
-    """Per history, the float32 returns `(E_n,)` of its complete episodes, in order."""
-    rewards, dones = np.asarray(history.rewards), np.asarray(history.dones)
-    result = []
-    for r, d in zip(rewards, dones):
-        ends = d.nonzero()[0]
-        cum = np.cumsum(r)[ends]
-        result.append(np.diff(np.concatenate([[0.0], cum])).astype(np.float32))
-    return result
