@@ -1,0 +1,1 @@
+"""Host-simulator experiments (Miniworld, ViZDoom) driven through envs.host.bridge."""

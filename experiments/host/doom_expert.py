@@ -1,0 +1,58 @@
+"""Return and success rate of the privileged ViZDoom experts (`python -m experiments.host.doom_expert`).
+
+Success: My Way Home = the vest was reached (the episode terminated; there is no death);
+Deadly Corridor = the vest was reached, i.e. the episode return exceeds the most the x-progress
+reward alone can pay (~1312 units of corridor) — reaching the vest adds +1000.
+Only complete episodes count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import jax
+import numpy as np
+
+from envs.host import vizdoom as vd
+from envs.host.bridge import host_rollout
+
+DC_SUCCESS_RETURN = 1500.0
+
+
+def episode_stats(rewards: np.ndarray, dones: np.ndarray, terminated: np.ndarray, scenario: str):
+    """Per complete episode (return, success) from `(N, T)` arrays."""
+    returns, successes = [], []
+    for r, d, te in zip(rewards, dones, terminated):
+        start = 0
+        for end in np.flatnonzero(d):
+            ret = float(r[start:end + 1].sum())
+            returns.append(ret)
+            successes.append(ret > DC_SUCCESS_RETURN if scenario == "deadly_corridor" else bool(te[end]))
+            start = end + 1
+    return np.array(returns, np.float32), np.array(successes, bool)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", choices=vd.SCENARIOS, default="my_way_home")
+    ap.add_argument("--num-envs", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=1050)
+    ap.add_argument("--noise", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    pool = vd.doom_bridge(args.scenario, args.num_envs)
+    try:
+        out = host_rollout(pool, vd.DoomExpert(args.scenario, args.noise), args.steps,
+                           jax.random.PRNGKey(args.seed), seed=args.seed)
+    finally:
+        pool.close()
+    rets, succ = episode_stats(np.asarray(out["rewards"]), np.asarray(out["dones"]),
+                               np.asarray(out["terminated"]), args.scenario)
+    print(json.dumps({"scenario": args.scenario, "noise": args.noise, "episodes": int(len(rets)),
+                      "mean_return": float(rets.mean()) if len(rets) else None,
+                      "success_rate": float(succ.mean()) if len(succ) else None}))
+
+
+if __name__ == "__main__":
+    main()
