@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 COMMANDS = ("generate", "train", "evaluate", "report", "sweep")
@@ -64,6 +64,8 @@ def _report() -> None:
 
 
 def _run(argv: list[str]) -> None:
+    # orbax and jax log every checkpoint step at INFO; the progress bars and summaries say enough.
+    logging.set_verbosity(logging.WARNING)
     from icrl_jax import pipeline
 
     commands = [a for a in argv[1:]]

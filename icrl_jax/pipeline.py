@@ -214,42 +214,36 @@ def evaluate(config, params=None) -> dict[str, Any]:
 
 
 def summarise(env, rollouts: dict[str, tuple[History, dict]], config) -> dict[str, Any]:
-    """Metrics and the in-context curves PNG from the rollouts of each policy."""
-    names = list(rollouts)
-    results: dict[str, Any] = {}
-    if hasattr(env, "expected_rewards"):  # bandits: regret against the best arm's mean
-        curves = {}
-        for name, (history, info) in rollouts.items():
-            regret = np.asarray(M.cumulative_regret(info["optimal_expected_reward"],
-                                                 info["expected_reward"]))
-            curves[name] = regret
-            results[f"{name.split(' ')[0]}_final_regret"] = float(regret[:, -1].mean())
-        results["normalised_score"] = float(M.normalised_score(
-            results["model_final_regret"], results["random_final_regret"],
-            results["source_final_regret"]))
-        results["curves"] = {n: np.nanmean(c, 0).tolist() for n, c in curves.items()}
-        plot_curves(curves, os.path.join(config.workdir, "in_context_curves.png"),
-                    xlabel="step", ylabel="cumulative regret",
-                    title=f"{config.experiment}: held-out tasks")
-        return results
-    max_episodes = config.eval.num_steps  # upper bound; trimmed below
-    curves = {}
-    for name, (history, _) in rollouts.items():
-        returns = np.asarray(M.episode_returns(history.rewards, history.dones, max_episodes))
-        complete = ~np.isnan(returns).all(0)
-        curves[name] = returns[:, complete]
-    for name, returns in curves.items():
+    """Metrics and the in-context curves PNG from the rollouts of each policy.
+
+    Bandits (envs with `expected_rewards`) are scored by cumulative expected regret after the
+    last step, episodic tasks by the return of the last complete episode; either way the
+    normalised score puts random at 0 and the source algorithm at 1.
+    """
+    bandit = hasattr(env, "expected_rewards")
+    curves, results = {}, {}
+    for name, (history, info) in rollouts.items():
         short = name.split(" ")[0]
-        results[f"{short}_first_episode_return"] = float(np.nanmean(returns[:, 0]))
-        results[f"{short}_last_episode_return"] = float(np.nanmean(returns[:, -1]))
+        if bandit:
+            curve = np.asarray(M.cumulative_regret(info["optimal_expected_reward"],
+                                                   info["expected_reward"]))
+            results[f"{short}_final_regret"] = float(curve[:, -1].mean())
+        else:
+            returns = np.asarray(M.episode_returns(history.rewards, history.dones,
+                                                   config.eval.num_steps))
+            curve = returns[:, ~np.isnan(returns).all(0)]  # drop slots no history reached
+            results[f"{short}_first_episode_return"] = float(np.nanmean(curve[:, 0]))
+            results[f"{short}_last_episode_return"] = float(np.nanmean(curve[:, -1]))
+        curves[name] = curve
+    score_key = "final_regret" if bandit else "last_episode_return"
     results["normalised_score"] = float(M.normalised_score(
-        results["model_last_episode_return"], results["random_last_episode_return"],
-        results["source_last_episode_return"]))
+        results[f"model_{score_key}"], results[f"random_{score_key}"],
+        results[f"source_{score_key}"]))
     results["curves"] = {n: np.nanmean(c, 0).tolist() for n, c in curves.items()}
     plot_curves(curves, os.path.join(config.workdir, "in_context_curves.png"),
-                xlabel="in-context episode", ylabel="return",
+                xlabel="step" if bandit else "in-context episode",
+                ylabel="cumulative regret" if bandit else "return",
                 title=f"{config.experiment}: held-out tasks")
-    del names
     return results
 
 
