@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from absl import app, flags, logging
@@ -90,7 +91,23 @@ def _run(argv: list[str]) -> None:
         pipeline.evaluate(config)
 
 
+def _import_root_of_config(argv: list[str]) -> None:
+    """Make the package that holds the config file importable (configs import shared builders
+    such as `experiments.ad.grid_common`), whatever directory the command runs from."""
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--config=") else (
+            argv[i + 1] if arg == "--config" and i + 1 < len(argv) else None)
+        if value is None:
+            continue
+        directory = os.path.dirname(os.path.abspath(value.split(":", 1)[0]))
+        while os.path.exists(os.path.join(directory, "__init__.py")):
+            directory = os.path.dirname(directory)
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+
+
 def main() -> None:
+    _import_root_of_config(sys.argv)
     try:
         app.run(_run)
     except KeyError as e:  # unknown --config.* key: ml_collections raises KeyError

@@ -21,9 +21,10 @@ TINY = [
 ]
 
 
-def run_cli(*args, check=True):
-    return subprocess.run([sys.executable, "-m", "icrl_jax.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, check=check)
+def run_cli(*args, check=True, cwd=ROOT):
+    """The installed `icrl-jax` console script, as a user runs it (README's first command)."""
+    return subprocess.run(["icrl-jax", *args], cwd=cwd, capture_output=True, text=True,
+                          check=check)
 
 
 def test_train_writes_the_whole_work_directory(tmp_path):
@@ -47,6 +48,15 @@ def test_train_writes_the_whole_work_directory(tmp_path):
     train_lines = [l for l in (workdir / "metrics.jsonl").read_text().splitlines()
                    if '"train"' in l]
     assert len(train_lines) == 2, again.stderr[-2000:]
+
+
+def test_config_files_load_from_any_directory(tmp_path):
+    # Configs import shared builders from the `experiments` package; that must not depend on cwd.
+    out = run_cli("generate", "--config", os.path.join(ROOT, "experiments/ad/darkroom.py:quick"),
+                  f"--config.workdir={tmp_path / 'run'}", "--config.data.num_steps=100",
+                  "--config.data.histories_per_task=1", cwd=tmp_path, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "run" / "histories.npz").exists()
 
 
 def test_unknown_config_key_is_named():
