@@ -118,7 +118,8 @@ def main():
         f"{' --quick' if args.quick else ''} --write`. Float32 parameters and activations; "
         "10 optimiser steps per jitted call; compile time excluded. FLOPs per token = "
         "6N + 12·L·d·T (Kaplan convention, N = non-embedding parameters). Peak host memory "
-        f"(ru_maxrss) {peak_mib:,.0f} MiB.",
+        f"(ru_maxrss) {peak_mib:,.0f} MiB. Load average when it finished: "
+        f"{os.getloadavg()[0]:.1f} (other jobs share these cores; compare rows, not runs).",
         "",
         "| model | layers x width | batch x context | params | tokens/s | steps/s | model GFLOP/s | MFU |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
