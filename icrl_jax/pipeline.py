@@ -154,18 +154,22 @@ def train(config):
     return None
 
 
-def load_params(config, env, method):
+def load_params(config, env, method, example=None, sample_fn=None):
+    """The latest checkpoint's parameters. `example` is a small dataset of the kind the method
+    trains on (default: the first AD history) and `sample_fn` its window sampler, which together
+    give the shapes to restore into."""
     from icrl_jax import train as T
 
     checkpointer = T.Checkpointer(os.path.join(config.workdir, "checkpoints"),
                                   model_signature(config, env))
     if checkpointer.latest_step() is None:
         raise FileNotFoundError(f"no checkpoint in {config.workdir}/checkpoints; train first")
-    history, _ = load_history(dataset_path(config))
-    data = to_step_windows(jax.tree.map(lambda x: x[:1], history))
-    optimizer = T.make_optimizer(config.train)
-    like = T.init_train_state(method, optimizer, data, jax.random.key(0), config.train.seq_len,
-                              T.data_mesh())
+    if example is None:
+        history, _ = load_history(dataset_path(config))
+        example = to_step_windows(jax.tree.map(lambda x: x[:1], history))
+    like = T.init_train_state(method, T.make_optimizer(config.train), example,
+                              jax.random.key(0), config.train.seq_len, T.data_mesh(),
+                              sample_fn or T.sample_windows)
     state = checkpointer.restore(like)
     checkpointer.close()
     return state.params
@@ -487,20 +491,11 @@ def train_dt(config):
 
 
 def load_dt_params(config, env, method):
-    from icrl_jax import train as T
     from icrl_jax.data.trajectories import pad_for_windows, sample_trajectory_windows
 
-    checkpointer = T.Checkpointer(os.path.join(config.workdir, "checkpoints"),
-                                  model_signature(config, env))
-    if checkpointer.latest_step() is None:
-        raise FileNotFoundError(f"no checkpoint in {config.workdir}/checkpoints; train first")
-    data = pad_for_windows(jax.tree.map(lambda x: x[:1], dt_episodes(config, env)),
-                           config.train.seq_len)
-    like = T.init_train_state(method, T.make_optimizer(config.train), data, jax.random.key(0),
-                              config.train.seq_len, T.data_mesh(), sample_trajectory_windows)
-    state = checkpointer.restore(like)
-    checkpointer.close()
-    return state.params
+    example = pad_for_windows(jax.tree.map(lambda x: x[:1], dt_episodes(config, env)),
+                              config.train.seq_len)
+    return load_params(config, env, method, example, sample_trajectory_windows)
 
 
 def evaluate_dt(config, params=None) -> dict[str, Any]:

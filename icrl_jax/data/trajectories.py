@@ -16,7 +16,6 @@ import numpy as np
 
 from icrl_jax.data import sources
 from icrl_jax.data.history import History, HistoryFormatError
-from icrl_jax.data.sources.uniform import uniform_pick
 
 
 @flax.struct.dataclass
@@ -118,18 +117,5 @@ def noisy_expert(env, num_steps: int, eps_start: float = 1.0, eps_end: float = 0
     one history holds episodes of every quality from random to expert: the spread of returns a
     Decision Transformer needs to learn what a return-to-go means. State: int32 `()` step count.
     """
-    decay_steps = max(decay_fraction * num_steps, 1e-6)
-
-    def init(key, params):
-        return jnp.int32(0)
-
-    def act(key, t, obs, env_state, params):
-        u = jax.random.uniform(key, (2,))
-        eps = eps_start + (eps_end - eps_start) * jnp.minimum(t / decay_steps, 1.0)
-        random_action = uniform_pick(u[1], params.action_mask)
-        return jnp.where(u[0] < eps, random_action, env.expert_action(env_state, params))
-
-    def update(key, t, transition, params):
-        return t + 1
-
-    return sources.Source(init, act, update, name="noisy_expert")
+    return sources.noisy_oracle(env, num_steps, eps_start, eps_end, decay_fraction)._replace(
+        name="noisy_expert")
