@@ -138,3 +138,11 @@ def test_random_respects_action_mask():
     rp = room.task_params(np.arange(8), actions="sliced_test")
     h = generate_histories(room, uniform_random(), rp, 300, jax.random.PRNGKey(0))
     assert np.asarray(h.actions).max() < 50
+
+
+def test_pick_available_matches_uniform_pick():
+    from icrl_jax.data.sources.uniform import available_actions, pick_available, uniform_pick
+    mask = jnp.array([False, True, True, False, True, False])
+    available, count = available_actions(mask)
+    for u in np.linspace(0.0, 0.999, 37):
+        assert int(pick_available(u, available, count)) == int(uniform_pick(u, mask))

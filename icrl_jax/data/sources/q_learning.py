@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax.data import sources
-from icrl_jax.data.sources.uniform import first_argmax, rotated_argmax, uniform_pick
+from icrl_jax.data.sources.uniform import (available_actions, first_argmax, pick_available,
+                                          rotated_argmax)
 
 
 def key_flag_index(num_cells: int) -> Callable:
@@ -42,7 +43,8 @@ def q_learning(env, num_episodes: int, lr: float = 0.9933, discount: float = 0.6
       use_key_flag: index Q by (cell, has_key) read from the env state (privileged). Default:
         on when the env's state has `has_key` (Key-to-Door).
 
-    State: dict(q float32 `(num_states, A)`, episode int32 `()`).
+    State: dict(q float32 `(num_states, A)`, episode int32 `()`, available int32 `(A,)` and
+    count int32 `()` (the available actions, for exploration without a per-step cumsum)).
     """
     if env.num_observations is None:
         raise ValueError("q_learning needs an env with discrete observations")
@@ -64,7 +66,8 @@ def q_learning(env, num_episodes: int, lr: float = 0.9933, discount: float = 0.6
         shape = (num_states, params.action_mask.shape[0])
         q = (jax.random.uniform(key, shape, jnp.float32) if q_init == "uniform"
              else jnp.zeros(shape, jnp.float32))
-        return {"q": q, "episode": jnp.int32(0)}
+        available, count = available_actions(params.action_mask)
+        return {"q": q, "episode": jnp.int32(0), "available": available, "count": count}
 
     def act(key, state, obs, env_state, params):
         # Three uniforms from one draw: explore coin, random action, tie-break offset.
@@ -76,7 +79,8 @@ def q_learning(env, num_episodes: int, lr: float = 0.9933, discount: float = 0.6
         else:
             greedy = rotated_argmax(u[2], row, params.action_mask)
         explore = u[0] < epsilon(state["episode"])
-        return jnp.where(explore, uniform_pick(u[1], params.action_mask), greedy)
+        random_action = pick_available(u[1], state["available"], state["count"])
+        return jnp.where(explore, random_action, greedy)
 
     def update(key, state, tr, params):
         q = state["q"]
@@ -84,6 +88,6 @@ def q_learning(env, num_episodes: int, lr: float = 0.9933, discount: float = 0.6
         next_value = jnp.where(params.action_mask, q[s_next], -jnp.inf).max()
         target = tr.reward + discount * jnp.where(tr.terminated, 0.0, next_value)
         q = q.at[s, tr.action].add(lr * (target - q[s, tr.action]))
-        return {"q": q, "episode": state["episode"] + tr.done.astype(jnp.int32)}
+        return dict(state, q=q, episode=state["episode"] + tr.done.astype(jnp.int32))
 
     return sources.Source(init, act, update, name="q_learning")

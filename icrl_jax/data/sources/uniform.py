@@ -33,6 +33,19 @@ def uniform_pick(u: jax.Array, action_mask: jax.Array) -> jax.Array:
     return jnp.sum(counts <= k).astype(jnp.int32)
 
 
+def available_actions(action_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The available action indices in increasing order, padded at the end, and their count:
+    `(A,)` int32 and `()` int32. Computed once per task, it turns `uniform_pick` into one gather
+    (`pick_available`) instead of a cumulative sum over all A actions every step."""
+    order = jnp.argsort(~action_mask, stable=True).astype(jnp.int32)
+    return order, action_mask.sum().astype(jnp.int32)
+
+
+def pick_available(u: jax.Array, available: jax.Array, count: jax.Array) -> jax.Array:
+    """Same result as `uniform_pick(u, mask)` given `available_actions(mask)`."""
+    return available[jnp.minimum((u * count).astype(jnp.int32), count - 1)]
+
+
 def rotated_argmax(u: jax.Array, values: jax.Array, action_mask: jax.Array) -> jax.Array:
     """argmax over available actions; ties go to the first tied index after a random cyclic
     offset floor(u * A). One uniform instead of A; each tied index can win, though not with
