@@ -24,7 +24,7 @@ from icrl_jax.data import sources as S
 from icrl_jax.data.dataset import check_dataset, to_step_windows
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.history import History, load_history, save_history
-from icrl_jax.logging_utils import MetricsLogger
+from icrl_jax.logging_utils import MetricsLogger, progress
 from icrl_jax.plots import plot_curves
 
 METHODS = ("ad", "headless_ad", "ad_permuted", "dt", "msat", "mat")  # dt*: see train_dt
@@ -197,11 +197,16 @@ def evaluate(config, params=None) -> dict[str, Any]:
     }
     start = time.perf_counter()
     rollouts = {}
+    bar = progress(total=len(policies), desc=f"evaluate {len(ids)} envs x {num_steps} steps",
+                   disable=not config.run.progress)
     for name, policy in policies.items():
+        bar.set_postfix_str(name)
         # Same key for every policy: the same environment randomness where actions agree.
         rollouts[name] = jax.device_get(generate_histories(
             env, policy, task_params, num_steps, key, task_ids=ids,
             chunk_size=config.eval.chunk_size or None, with_info=True))
+        bar.update(1)
+    bar.close()
     seconds = time.perf_counter() - start
     results = summarise(env, rollouts, config)
     results.update(num_envs=int(len(ids)), num_steps=num_steps, eval_seconds=seconds,
