@@ -240,9 +240,14 @@ def summarise(env, rollouts: dict[str, tuple[History, dict]], config) -> dict[st
         else:
             returns = np.asarray(M.episode_returns(history.rewards, history.dones,
                                                    config.eval.num_steps))
-            curve = returns[:, ~np.isnan(returns).all(0)]  # drop slots no history reached
-            results[f"{short}_first_episode_return"] = float(np.nanmean(curve[:, 0]))
-            results[f"{short}_last_episode_return"] = float(np.nanmean(curve[:, -1]))
+            # Episodes that end early (Key-to-Door) give each history its own episode count:
+            # score each history's own last episode, and plot episode indices that at least
+            # half of the histories reached.
+            count = np.maximum((~np.isnan(returns)).sum(1), 1)
+            results[f"{short}_first_episode_return"] = float(np.nanmean(returns[:, 0]))
+            results[f"{short}_last_episode_return"] = float(np.nanmean(
+                returns[np.arange(len(returns)), count - 1]))
+            curve = returns[:, (~np.isnan(returns)).mean(0) >= 0.5]
         curves[name] = curve
     score_key = "final_regret" if bandit else "last_episode_return"
     results["normalised_score"] = float(M.normalised_score(
