@@ -6,28 +6,11 @@ prefixes (e.g. `contextual_quick_arms30`) switch to the contextual bandit with L
 Bernoulli: trained on the "train" reward distribution, evaluated on uniform rewards.
 """
 
+from experiments.headless_ad.common import quick_preset
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.pipeline import EVAL_ARMS, add_report_fields, bernoulli_variants, contextual_variants
 
-QUICK = {
-    "data.num_train_tasks": 2000,
-    "data.num_test_tasks": 50,
-    "model.d_model": 64,
-    "model.num_layers": 2,
-    "model.num_heads": 4,
-    "model.attention_dropout": 0.0,
-    "model.residual_dropout": 0.0,
-    "train.num_steps": 2000,
-    "train.batch_size": 32,
-    "train.seq_len": 120,
-    "train.learning_rate": 1e-3,
-    "train.weight_decay": 1e-4,
-    "train.b1": 0.9,
-    "train.warmup_steps": 100,
-    "train.log_every": 100,
-    "train.steps_per_call": 50,
-    "train.checkpoint_every": 500,
-}
+QUICK = quick_preset(120, **{"data.num_train_tasks": 2000, "data.num_test_tasks": 50})
 
 
 def _arms(n):

@@ -6,29 +6,15 @@ Preset `permuted` / `quick_permuted`: AD trained on randomly permuted action set
 Same data as `darkroom.py`.
 """
 
+from experiments.headless_ad.common import quick_preset
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.pipeline import add_report_fields, darkroom_variants
 
-QUICK = {
+QUICK = quick_preset(100, **{
     "data.histories_per_task": 4,
     "data.num_steps": 2000,
-    "model.d_model": 64,
-    "model.num_layers": 2,
-    "model.num_heads": 4,
-    "model.attention_dropout": 0.0,
-    "model.residual_dropout": 0.0,
-    "train.num_steps": 2000,
-    "train.batch_size": 32,
-    "train.seq_len": 100,
-    "train.learning_rate": 1e-3,
-    "train.weight_decay": 1e-4,
-    "train.b1": 0.9,
-    "train.warmup_steps": 100,
-    "train.log_every": 100,
-    "train.steps_per_call": 50,
-    "train.checkpoint_every": 500,
     "eval.num_steps": 400,
-}
+})
 PERMUTED = {"method": "ad_permuted", "report.label": "AD (permuted training)"}
 PRESETS = {"quick": QUICK, "permuted": PERMUTED, "quick_permuted": dict(QUICK, **PERMUTED)}
 

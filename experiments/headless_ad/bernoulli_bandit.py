@@ -10,31 +10,17 @@ Ablations are presets (paper scale: the tuned values of Tables 5-7) or plain swi
 `:quick` fits a 2-core CPU (about 10 minutes with evaluation).
 """
 
+from experiments.headless_ad.common import quick_preset
 from icrl_jax.methods.headless_ad import add_headless_fields
 from icrl_jax.pipeline import add_report_fields, bernoulli_variants
 from icrl_jax.config import apply_preset, base_config
 
-QUICK = {
+QUICK = quick_preset(120, **{
     "data.num_train_tasks": 2000,
     "data.num_test_tasks": 50,
-    "model.d_model": 64,
-    "model.num_layers": 2,
-    "model.num_heads": 4,
     "model.action_embed_dim": 64,  # >= 50 arms for orthonormal embeddings
-    "model.attention_dropout": 0.0,
-    "model.residual_dropout": 0.0,
     "model.tau": 0.5,
-    "train.num_steps": 2000,
-    "train.batch_size": 32,
-    "train.seq_len": 120,
-    "train.learning_rate": 1e-3,
-    "train.weight_decay": 1e-4,
-    "train.b1": 0.9,
-    "train.warmup_steps": 100,
-    "train.log_every": 100,
-    "train.steps_per_call": 50,
-    "train.checkpoint_every": 500,
-}
+})
 # Tables 5-7: the ablations' tuned hyperparameters (paper scale).
 NO_PROMPT = {"model.prompt": False, "model.tau": 0.92, "train.learning_rate": 5.0e-4,
              "train.weight_decay": 2.6e-5, "train.b1": 0.78, "model.attention_dropout": 0.28,

@@ -5,32 +5,18 @@ steps. Evaluated on held-out 4-20-arm bandits and on 20, 25, 30, 40 and 50 arms.
 `:quick` fits a 2-core CPU.
 """
 
+from experiments.headless_ad.common import quick_preset
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.methods.headless_ad import add_headless_fields
 from icrl_jax.pipeline import add_report_fields, contextual_variants
 
 PRESETS = {
-    "quick": {
+    "quick": quick_preset(120, **{
         "data.num_train_tasks": 2000,
         "data.num_test_tasks": 50,
-        "model.d_model": 64,
-        "model.num_layers": 2,
-        "model.num_heads": 4,
         "model.action_embed_dim": 64,
-        "model.attention_dropout": 0.0,
-        "model.residual_dropout": 0.0,
         "model.tau": 0.5,
-        "train.num_steps": 2000,
-        "train.batch_size": 32,
-        "train.seq_len": 120,
-        "train.learning_rate": 1e-3,
-        "train.weight_decay": 1e-4,
-        "train.b1": 0.9,
-        "train.warmup_steps": 100,
-        "train.log_every": 100,
-        "train.steps_per_call": 50,
-        "train.checkpoint_every": 500,
-    },
+    }),
 }
 
 

@@ -9,32 +9,18 @@ Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `q
 `:quick` fits a 2-core CPU.
 """
 
+from experiments.headless_ad.common import quick_preset
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.methods.headless_ad import add_headless_fields
 from icrl_jax.pipeline import add_report_fields, darkroom_variants
 
-QUICK = {
+QUICK = quick_preset(100, **{
     "data.histories_per_task": 4,
     "data.num_steps": 2000,  # 100 episodes of 20 steps
-    "model.d_model": 64,
-    "model.num_layers": 2,
-    "model.num_heads": 4,
     "model.action_embed_dim": 128,  # >= 125 actions for orthonormal embeddings
-    "model.attention_dropout": 0.0,
-    "model.residual_dropout": 0.0,
     "model.tau": 1.0,
-    "train.num_steps": 2000,
-    "train.batch_size": 32,
-    "train.seq_len": 100,
-    "train.learning_rate": 1e-3,
-    "train.weight_decay": 1e-4,
-    "train.b1": 0.9,
-    "train.warmup_steps": 100,
-    "train.log_every": 100,
-    "train.steps_per_call": 50,
-    "train.checkpoint_every": 500,
     "eval.num_steps": 400,  # 20 in-context episodes
-}
+})
 # Tables 5-7, darkroom column.
 NO_PROMPT = {"model.prompt": False, "model.tau": 8.5, "train.learning_rate": 3.5e-4,
              "train.weight_decay": 4.7e-3, "train.b1": 0.99, "model.attention_dropout": 0.4,
