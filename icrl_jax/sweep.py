@@ -90,6 +90,12 @@ def table2_space(ngram: bool) -> dict[str, dict[str, Any]]:
     return space
 
 
+def vmappable_space(space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`space` restricted to the hyperparameters that keep array shapes (`VMAPPED`), nested:
+    a search whose assignments all train side by side as replicas of one program."""
+    return nested_space({k: v for k, v in space.items() if k in VMAPPED})
+
+
 def flatten_space(space: ml_collections.ConfigDict | dict, prefix: str = "") -> dict[str, dict]:
     """Nested space -> {dotted key: distribution spec}, checking every spec."""
     flat = {}

@@ -12,7 +12,8 @@ Add `_quick` to any preset (e.g. `length2_quick`) for a 2-core CPU run in minute
 """
 
 from icrl_jax.config import apply_preset, base_config
-from icrl_jax.sweep import VMAPPED, add_sweep_fields, nested_space, table2_space
+from experiments.ngram.common import quick_preset
+from icrl_jax.sweep import add_sweep_fields, table2_space, vmappable_space
 
 SETTINGS = {
     "length1": {"model.ngram_positions": (1,), "model.ngram_max": 1},
@@ -27,28 +28,13 @@ SETTINGS = {
 
 SPACE = {k: v for k, v in table2_space(ngram=False).items() if k != "train.seq_len"}
 
-QUICK = {
+QUICK = quick_preset(**{
     "data.num_train_tasks": 20,
     "data.num_test_tasks": 60,
     "data.histories_per_task": 4,
-    "data.num_steps": 2000,
-    "model.d_model": 32,
     "model.num_layers": 3,
-    "model.num_heads": 2,
-    "model.max_len": 100,
-    "train.num_steps": 400,
-    "train.batch_size": 16,
-    "train.seq_len": 100,
-    "train.warmup_steps": 40,
-    "train.steps_per_call": 100,
-    "train.log_every": 100,
-    "train.checkpoint_every": 400,
-    "eval.num_steps": 250,
-    "eval.num_envs_per_task": 1,
-    "sweep.num_assignments": 12,
-    "sweep.max_replicas": 4,
-    "sweep.space": nested_space({k: v for k, v in SPACE.items() if k in VMAPPED}),
-}
+    "sweep.space": vmappable_space(SPACE),
+})
 
 
 def presets() -> dict:

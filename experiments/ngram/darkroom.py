@@ -15,37 +15,24 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
 """
 
 from icrl_jax.config import apply_preset, base_config
-from icrl_jax.sweep import VMAPPED, add_sweep_fields, nested_space, table2_space
+from experiments.ngram.common import quick_preset
+from icrl_jax.sweep import add_sweep_fields, nested_space, table2_space, vmappable_space
 
 AD_BASELINE = {"model.ngram_positions": (), "sweep.space": nested_space(table2_space(ngram=False))}
 
-QUICK = {
+QUICK = quick_preset(**{
     "data.num_train_tasks": 20,
     "data.num_test_tasks": 60,
     "data.histories_per_task": 4,
-    "data.num_steps": 2000,  # 40 episodes per learning history
-    "model.d_model": 32,
-    "model.num_layers": 2,
-    "model.num_heads": 2,
-    "model.max_len": 100,
     "train.num_steps": 1000,
-    "train.batch_size": 16,
-    "train.seq_len": 100,  # two episodes: cross-episode context
-    "train.warmup_steps": 40,
-    "train.steps_per_call": 100,
-    "train.log_every": 100,
-    "train.checkpoint_every": 400,
     "eval.num_steps": 500,  # 10 in-context episodes
-    "eval.num_envs_per_task": 1,
     "sweep.num_assignments": 16,
-    "sweep.max_replicas": 4,
-}
+})
 
 
 def quick_space(ngram: bool) -> dict:
     """Table 2(a) restricted to the hyperparameters that keep shapes (vmapped together)."""
-    space = table2_space(ngram)
-    return nested_space({k: v for k, v in space.items() if k in VMAPPED})
+    return vmappable_space(table2_space(ngram))
 
 
 def presets() -> dict:

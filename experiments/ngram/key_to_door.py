@@ -9,38 +9,20 @@ tiny model, 400 updates, shape-preserving hyperparameters only, one vmapped prog
 """
 
 from icrl_jax.config import apply_preset, base_config
-from icrl_jax.sweep import VMAPPED, add_sweep_fields, nested_space, table2_space
+from experiments.ngram.common import quick_preset
+from icrl_jax.sweep import add_sweep_fields, nested_space, table2_space, vmappable_space
 
 
-def quick_space(ngram: bool) -> dict:
-    return nested_space({k: v for k, v in table2_space(ngram).items() if k in VMAPPED})
-
-
-QUICK = {
+QUICK = quick_preset(**{
     "data.num_test_tasks": 20,
     "data.histories_per_task": 1,
-    "data.num_steps": 2000,
-    "model.d_model": 32,
-    "model.num_layers": 2,
-    "model.num_heads": 2,
-    "model.max_len": 100,
-    "train.num_steps": 400,
-    "train.batch_size": 16,
-    "train.seq_len": 100,
-    "train.warmup_steps": 40,
-    "train.steps_per_call": 100,
-    "train.log_every": 100,
-    "train.checkpoint_every": 400,
-    "eval.num_steps": 250,
-    "eval.num_envs_per_task": 1,
-    "sweep.num_assignments": 12,
-    "sweep.max_replicas": 4,
-}
+})
 
 PRESETS = {
     "ad": {"model.ngram_positions": (), "sweep.space": nested_space(table2_space(ngram=False))},
-    "quick": dict(QUICK, **{"sweep.space": quick_space(True)}),
-    "quick_ad": dict(QUICK, **{"model.ngram_positions": (), "sweep.space": quick_space(False)}),
+    "quick": dict(QUICK, **{"sweep.space": vmappable_space(table2_space(True))}),
+    "quick_ad": dict(QUICK, **{"model.ngram_positions": (),
+                             "sweep.space": vmappable_space(table2_space(False))}),
 }
 
 
