@@ -53,7 +53,9 @@ def _make_base():
     params.set("forward_drift", 0.0)
 
     class _CellRoom(MiniWorldEnv):
-        """A ROOM x ROOM room; subclasses define the task and reward."""
+        """A ROOM x ROOM room. Subclasses define the task through three hooks:
+        `_start_cell()` (cell of each episode's start), `_task_reward()` -> (reward, terminated)
+        and `_target()` (the cell the privileged oracle heads for)."""
 
         env_name = "miniworld"
 
@@ -79,9 +81,6 @@ def _make_base():
             obs, _, _, trunc, info = MiniWorldEnv.step(self, mw_action)
             reward, term = self._task_reward()
             return obs, reward, term, trunc, info
-
-        def _target(self) -> int:
-            raise NotImplementedError
 
         def privileged(self) -> np.ndarray:
             row, col = divmod(self._target(), ROOM)

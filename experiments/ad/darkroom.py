@@ -4,23 +4,14 @@ Paper scale (default): 60 training goals / 20 held-out, ~1K Q-learning histories
 hidden 512, batch 1024, 10K updates, context 200 steps (4 episodes).
 """
 
-from experiments.ad.grid_common import grid_config
-from icrl_jax.config import apply_preset, cpu_preset
+from experiments.ad.grid_common import grid_config, quick_oracle_preset
+from icrl_jax.config import apply_preset
 
 PRESETS = {
-    # A 2-core CPU cannot afford the paper's data and updates, so `quick` distils a noisy oracle
-    # whose epsilon decays from 1 to 0 over the first 10 of 12 episodes (noise distillation,
-    # Zisman et al.): its learning histories improve within a few episodes, which a small model
-    # learns to reproduce in context in ~2,000 updates. Cells also get (row, column) features.
-    "quick": cpu_preset(train_steps=2000, batch_size=64, seq_len=100, **{  # context: 2 episodes
-        "data.source": "noisy_oracle",
-        "data.source_kwargs": {"decay_fraction": 0.8},
+    "quick": quick_oracle_preset(**{
         "data.histories_per_task": 8,
-        "data.num_steps": 600,  # 12 episodes
-        "model.grid_observations": True,
         "model.embedding_dropout": 0.1,
         "model.residual_dropout": 0.1,
-        "eval.num_steps": 600,  # 12 in-context episodes
         "eval.num_envs_per_task": 4,
     }),
 }

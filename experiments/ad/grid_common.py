@@ -1,6 +1,6 @@
 """What the AD grid-world experiments share (n-gram paper, appendix B-D)."""
 
-from icrl_jax.config import base_config
+from icrl_jax.config import base_config, cpu_preset
 
 
 def grid_config(experiment: str, env_name: str):
@@ -25,3 +25,19 @@ def grid_config(experiment: str, env_name: str):
                              checkpoint_every=1000))
     config.eval.num_steps = 2000
     return config
+
+
+def quick_oracle_preset(**extra):
+    """`quick`: a 2-core CPU cannot afford the paper's data and updates, so it distils a noisy
+    oracle whose epsilon decays from 1 to 0 over the first 10 of 12 episodes (noise distillation,
+    Zisman et al.): its learning histories improve within a few episodes, which a small model
+    learns to reproduce in context in ~2,000 updates. Cells also get (row, column) features.
+    `extra` adds the experiment's own dotted keys."""
+    return cpu_preset(train_steps=2000, batch_size=64, seq_len=100, **{  # context: 2 episodes
+        "data.source": "noisy_oracle",
+        "data.source_kwargs": {"decay_fraction": 0.8},
+        "data.num_steps": 600,  # 12 episodes
+        "model.grid_observations": True,
+        "eval.num_steps": 600,  # 12 in-context episodes
+        **extra,
+    })

@@ -10,7 +10,7 @@ Ablations are presets (paper scale: the tuned values of Tables 5-7) or plain swi
 `:quick` fits a 2-core CPU (about 10 minutes with evaluation).
 """
 
-from experiments.headless_ad.common import quick_preset
+from experiments.headless_ad.common import ablation_presets, quick_preset
 from icrl_jax.methods.headless_ad import add_headless_fields
 from icrl_jax.pipeline import add_report_fields, bernoulli_variants
 from icrl_jax.config import apply_preset, base_config
@@ -31,12 +31,7 @@ MSE = {"model.loss": "mse", "eval.greedy": True, "train.learning_rate": 5.0e-5,
 NORMAL = {"model.embeddings": "normal", "train.learning_rate": 1.1e-3,
           "train.weight_decay": 1.2e-3, "train.b1": 0.94, "model.attention_dropout": 0.62,
           "model.residual_dropout": 0.17}
-SWITCHES = {"no_prompt": {"model.prompt": False}, "mse": {"model.loss": "mse", "eval.greedy": True},
-            "normal": {"model.embeddings": "normal"}}
-
-PRESETS = {"quick": QUICK, "no_prompt": NO_PROMPT, "mse": MSE, "normal": NORMAL}
-# Quick ablations keep the quick hyperparameters and flip only the switch.
-PRESETS.update({f"quick_{name}": dict(QUICK, **switch) for name, switch in SWITCHES.items()})
+PRESETS = ablation_presets(QUICK, {"no_prompt": NO_PROMPT, "mse": MSE, "normal": NORMAL})
 
 
 def get_config(preset: str = ""):

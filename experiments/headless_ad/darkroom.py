@@ -9,7 +9,7 @@ Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `q
 `:quick` fits a 2-core CPU.
 """
 
-from experiments.headless_ad.common import quick_preset
+from experiments.headless_ad.common import ablation_presets, quick_preset
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.methods.headless_ad import add_headless_fields
 from icrl_jax.pipeline import add_report_fields, darkroom_variants
@@ -31,10 +31,7 @@ MSE = {"model.loss": "mse", "eval.greedy": True, "train.learning_rate": 1.3e-5,
 NORMAL = {"model.embeddings": "normal", "train.learning_rate": 6.6e-4,
           "train.weight_decay": 9.1e-4, "train.b1": 0.6, "model.attention_dropout": 0.53,
           "model.residual_dropout": 3.0e-2}
-SWITCHES = {"no_prompt": {"model.prompt": False}, "mse": {"model.loss": "mse", "eval.greedy": True},
-            "normal": {"model.embeddings": "normal"}}
-PRESETS = {"quick": QUICK, "no_prompt": NO_PROMPT, "mse": MSE, "normal": NORMAL}
-PRESETS.update({f"quick_{name}": dict(QUICK, **switch) for name, switch in SWITCHES.items()})
+PRESETS = ablation_presets(QUICK, {"no_prompt": NO_PROMPT, "mse": MSE, "normal": NORMAL})
 
 
 def get_config(preset: str = ""):

@@ -11,8 +11,8 @@ with the n-gram setting fixed; compare their EMP with `icrl-jax sweep --runs ...
 Add `_quick` to any preset (e.g. `length2_quick`) for a 2-core CPU run in minutes.
 """
 
-from icrl_jax.config import apply_preset, base_config
-from experiments.ngram.common import quick_preset
+from icrl_jax.config import apply_preset
+from experiments.ngram.common import grid_sweep_config, quick_preset
 from icrl_jax.sweep import add_sweep_fields, table2_space, vmappable_space
 
 SETTINGS = {
@@ -46,30 +46,8 @@ def presets() -> dict:
 
 
 def get_config(preset: str = "length1"):
-    config = base_config()
-    config.experiment = "ngram_ablation"
-    config.env.name = "darkroom"
-    config.data.source = "q_learning"
-    config.data.source_kwargs.lr = 0.3
-    config.data.source_kwargs.discount = 0.9
-    config.data.source_kwargs.decay_fraction = 0.5
-    config.data.num_train_tasks = 60
-    config.data.num_test_tasks = 20
-    config.data.histories_per_task = 17
-    config.data.num_steps = 10_000
-    config.model.d_model = 512
-    config.model.num_layers = 4  # positions 1 and 2 are inner blocks, never first or last
-    config.model.num_heads = 8
-    config.model.max_len = 200
-    config.model.ngram_match = "transition"
-    config.train.num_steps = 10_000
-    config.train.batch_size = 1024
-    config.train.seq_len = 200
-    config.train.warmup_steps = 500
-    config.train.steps_per_call = 100
-    config.train.log_every = 100
-    config.train.checkpoint_every = 1000
-    config.eval.num_steps = 2000
-    config.eval.num_envs_per_task = 5
+    # 4 blocks: n-gram positions 1 and 2 are inner blocks, never first or last.
+    config = grid_sweep_config("ngram_ablation", "darkroom", num_train_tasks=60,
+                               num_test_tasks=20, histories_per_task=17, envs_per_task=5)
     add_sweep_fields(config, SPACE, num_assignments=50, max_replicas=8)
     return apply_preset(config, presets(), preset or "length1")
