@@ -34,6 +34,7 @@ def base_config() -> ml_collections.ConfigDict:
         num_steps=1000,  # steps per learning history
         split_seed=0,
         path="",  # dataset file; default: <workdir>/histories.npz
+        subsample=1,  # train on every k-th episode of each history (n-gram paper's `subsample`)
     ))
     config.model = default_transformer_config()
     config.model.label_smoothing = 0.0

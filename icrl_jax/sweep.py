@@ -11,6 +11,8 @@ dropouts, label smoothing) enter the program as traced values: assignments that 
 others form a group, and up to `sweep.max_replicas` of a group train in one jitted program,
 `vmap` over their parameters and optimiser states. Assignments that change shapes or control
 flow (context length, norms, n-gram layers) are separate groups, hence separate programs.
+`data.subsample` (the paper's `subsample`: train on every k-th episode of each history) changes
+the dataset, so it also makes its own groups; each value's dataset is built once per sweep.
 
 Every finished assignment is appended to `<workdir>/results.jsonl`; a rerun skips the indices
 already there (and refuses a file written by a different search space). `emp.json`/`emp.png`
@@ -35,7 +37,8 @@ import optax
 
 from icrl_jax import metrics as M
 from icrl_jax.config import finalize, set_dotted
-from icrl_jax.data.dataset import StepWindows, check_dataset, sample_windows, to_step_windows
+from icrl_jax.data.dataset import (StepWindows, check_dataset, sample_windows,
+                                   subsample_episodes, to_step_windows)
 from icrl_jax.train import TrainState, make_optimizer
 
 #: Hyperparameters that never change a shape: traced, hence shared by one program and vmapped.
@@ -72,9 +75,12 @@ def nested_space(space: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def table2_space(ngram: bool) -> dict[str, dict[str, Any]]:
     """The paper's Table 2(a) (grid environments); n-gram keys only for the n-gram model.
 
-    The paper's `subsample` (a data-subsampling option of their loader) has no counterpart here.
+    `subsample` k keeps every k-th episode of each learning history (`data.subsample`, see
+    `dataset.subsample_episodes`); with 200-episode histories k = 50 leaves 4 episodes, 200 steps,
+    the longest context.
     """
     space = {
+        "data.subsample": dict(choice=[4, 8, 10, 20, 50]),
         "model.embedding_dropout": dict(uniform=(0.0, 0.9)),
         "model.residual_dropout": dict(uniform=(0.0, 0.5)),
         "model.label_smoothing": dict(uniform=(0.0, 0.8)),
@@ -262,6 +268,22 @@ def train_assignments(config, env, data: StepWindows, assignments: Sequence[dict
     return jax.device_get(jax.tree.map(lambda *x: jnp.stack(x), *outs))
 
 
+def group_data(history, env, group_config, cache: dict | None = None) -> StepWindows:
+    """The training windows of one group's config: `history` with every `data.subsample`-th
+    episode kept, checked against the group's context length. `cache` (subsample -> data) lets
+    the groups of one sweep share each subsampled dataset."""
+    cache = {} if cache is None else cache
+    every = int(group_config.data.subsample)
+    if every not in cache:
+        kept, lengths = subsample_episodes(history, every)
+        cache[every] = (kept, lengths, jax.device_put(to_step_windows(kept, lengths)))
+    kept, lengths, data = cache[every]
+    check_dataset(kept, num_actions=env.num_actions, num_observations=env.num_observations,
+                  observation_shape=env.observation_shape,
+                  window=int(group_config.train.seq_len), lengths=lengths)
+    return data
+
+
 def assignment_seed(config, index: int) -> int:
     return int(config.seed) * 100_003 + int(index)
 
@@ -289,12 +311,15 @@ def _check_fingerprint(config) -> None:
     """Refuse to extend results written under a different config (anything but the number of
     assignments, the replicas per program, and run/workdir bookkeeping changes results)."""
     ignored = ("sweep.num_assignments", "sweep.max_replicas", "workdir", "preset", "data.path")
+    # Config keys added after sweeps were written: absent from an old file = their default.
+    added = {"data.subsample": 1}
     current = {k: v for k, v in _flat(json.loads(config.to_json(sort_keys=True))).items()
                if not k.startswith("run.") and k not in ignored}
     path = os.path.join(config.workdir, "sweep_config.json")
     if os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
+        saved = {**{k: v for k, v in added.items() if k in current}, **saved}
         diff = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
         if diff:
             raise ValueError(f"{config.workdir} holds a sweep with a different config; use a new "
@@ -390,22 +415,29 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
     if not os.path.exists(pipeline.dataset_path(config)):
         pipeline.generate(config)
     history, _ = load_history(pipeline.dataset_path(config))
-    longest = max(int(a.get("train.seq_len", config.train.seq_len)) for a in assignments)
-    check_dataset(history, num_actions=env.num_actions, num_observations=env.num_observations,
-                  observation_shape=env.observation_shape, window=longest)
-    data = jax.device_put(to_step_windows(history))
+    data_cache: dict[int, tuple] = {}
+    groups: dict[str, list[int]] = {}
+    for i in pending:
+        groups.setdefault(group_key(assignments[i]), []).append(i)
+    group_configs = {key: assignment_config(config, {k: v for k, v in assignments[ids[0]].items()
+                                                     if k not in VMAPPED})
+                     for key, ids in groups.items()}
+    for group_config in group_configs.values():  # every group's data, checked before training
+        group_data(history, env, group_config, data_cache)
     _, test_ids = pipeline.task_split(env, config)
     test_ids = np.repeat(test_ids, config.eval.num_envs_per_task)
     baselines = _baselines(config, env, test_ids)
 
-    groups: dict[str, list[int]] = {}
-    for i in pending:
-        groups.setdefault(group_key(assignments[i]), []).append(i)
     with open(_results_path(config), "a") as out:
-        for indices in groups.values():
-            group_config = assignment_config(config, {k: v for k, v in assignments[indices[0]].items()
-                                                      if k not in VMAPPED})
-            method_key = group_config.to_json(sort_keys=True)
+        for key, indices in groups.items():
+            group_config = group_configs[key]
+            data = group_data(history, env, group_config, data_cache)
+            # What the rollout depends on (not the data: subsample groups share one program).
+            method_key = json.dumps(dict(method=group_config.method, env=env_key,
+                                         model=group_config.model.to_dict(),
+                                         seq_len=group_config.train.seq_len,
+                                         greedy=group_config.eval.greedy), sort_keys=True,
+                                    default=str)
             if method_key not in _EVAL_METHODS:
                 _EVAL_METHODS[method_key] = pipeline.build_method(group_config, env)
             eval_method = _EVAL_METHODS[method_key]

@@ -11,7 +11,7 @@ from icrl_jax import metrics as M
 from icrl_jax import sweep as S
 from icrl_jax.config import base_config
 from icrl_jax.data.dataset import to_step_windows
-from icrl_jax.data.history import History
+from icrl_jax.data.history import History, HistoryFormatError
 
 
 def tiny_config(tmp_path=None, ngram=False):
@@ -135,3 +135,33 @@ def test_sweep_writes_results_and_resumes(tmp_path):
     summary = S.compare_sweeps([str(tmp_path / "sweep")] * 2, str(tmp_path / "cmp"), ["a", "b"])
     assert set(summary["methods"]) == {"a", "b"}
     assert (tmp_path / "cmp" / "emp_compare.png").exists()
+
+
+def test_subsample_is_searched_as_its_own_groups(tmp_path):
+    space = S.flatten_space(S.table2_space(ngram=False))
+    assert space["data.subsample"] == dict(choice=[4, 8, 10, 20, 50])  # Table 2(a)
+    a = S.sample_assignment(space, 0, 0)
+    assert S.group_key(a) != S.group_key(dict(a, **{"data.subsample": a["data.subsample"] + 1}))
+    # What a group trains on: every k-th episode of each history (50-step Dark Room episodes).
+    env = envs.make("darkroom")
+    history = History(observations=np.tile(np.arange(200, dtype=np.int32) % 81, (3, 1)),
+                      actions=np.zeros((3, 200), np.int32), rewards=np.zeros((3, 200), np.float32),
+                      dones=np.tile(np.arange(200) % 50 == 49, (3, 1)),
+                      task_ids=np.arange(3, dtype=np.int32), action_mask=np.ones((3, 5), bool))
+    base = tiny_config()
+    cache = {}
+    for k, kept_steps in ((1, np.arange(200)), (2, np.r_[0:50, 100:150]), (3, np.r_[0:50, 150:200])):
+        group = S.assignment_config(base, {"data.subsample": k})
+        data = S.group_data(history, env, group, cache)
+        np.testing.assert_array_equal(data.observations, history.observations[:, kept_steps])
+    assert S.group_data(history, env, S.assignment_config(base, {"data.subsample": 2}),
+                        cache) is cache[2][2]  # built once per value
+    # A sweep checks every group's data before training: k = 4 leaves one 50-step episode of
+    # 4, too short for a 60-step window.
+    config = tiny_config(tmp_path / "short")
+    config.data.num_steps = 200
+    config.train.seq_len = 60
+    config.model.max_len = 60
+    config.sweep.space.data = {"subsample": {"choice": [4]}}
+    with pytest.raises(HistoryFormatError, match="shorter than the training window 60"):
+        S.run_sweep(config)

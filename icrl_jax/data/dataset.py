@@ -1,4 +1,9 @@
-"""Training windows sampled on device from learning histories."""
+"""Training windows sampled on device from learning histories.
+
+`subsample_episodes` implements the n-gram paper's `subsample` hyperparameter (Table 2): each
+learning history keeps only every k-th episode (episodes 0, k, 2k, ...), so a window of a few
+episodes spans k times more of the source's learning, i.e. shows k times faster improvement.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,9 @@ class StepWindows:
       prev_rewards: float32 `(B, L)`: r_{t-1} (0 at a history's first step).
       actions: int32 `(B, L)`: a_t, the prediction targets.
       action_mask: bool `(B, A)`: the available actions of each window's task.
+      lengths: int32 `(N,)` or None: the valid steps of each row (rows padded at the end to a
+        common length; only `subsample_episodes` of histories with early-ending episodes
+        makes ragged rows). None: every row is valid to its end. Sampled windows carry None.
     """
 
     observations: jax.Array
@@ -28,10 +36,14 @@ class StepWindows:
     prev_rewards: jax.Array
     actions: jax.Array
     action_mask: jax.Array
+    lengths: jax.Array | None = None
 
 
-def to_step_windows(history: History) -> StepWindows:
-    """Whole histories as N windows of length T (what `sample_windows` slices from)."""
+def to_step_windows(history: History, lengths: np.ndarray | None = None) -> StepWindows:
+    """Whole histories as N windows of length T (what `sample_windows` slices from).
+
+    `lengths` (N,): the valid prefix of each history (from `subsample_episodes`), or None.
+    """
     actions = jnp.asarray(history.actions, jnp.int32)
     return StepWindows(
         observations=jnp.asarray(history.observations),
@@ -39,12 +51,63 @@ def to_step_windows(history: History) -> StepWindows:
         prev_rewards=shift_right(jnp.asarray(history.rewards, jnp.float32), 0.0),
         actions=actions,
         action_mask=jnp.asarray(history.action_mask, bool),
+        lengths=None if lengths is None else jnp.asarray(lengths, jnp.int32),
     )
 
 
+def subsample_episodes(history: History, every: int) -> tuple[History, np.ndarray | None]:
+    """Keep episodes 0, `every`, 2 `every`, ... of each learning history (the n-gram paper's
+    `subsample`), joined in order into one shorter stream per history.
+
+    A history's last, unfinished episode (no `done` at its end) counts as an episode. The kept
+    steps are contiguous in the result, so `to_step_windows` gives the first step of a kept
+    episode the last action and reward of the kept episode before it, as the stream a model
+    sees when it reads the subsampled history.
+
+    Returns `(subsampled, lengths)`. When every history keeps the same number of steps (episodes
+    of fixed length, e.g. Dark Room), the result is a plain `(N, T')` History and `lengths` is
+    None. Otherwise (episodes that end early, e.g. Key-to-Door) rows are padded at the end to the
+    longest (zeros, `done` True) and `lengths` `(N,)` gives each row's valid steps, which
+    `sample_windows` respects. `every` = 1 returns `history` itself.
+    """
+    every = int(every)
+    if every < 1:
+        raise ValueError(f"subsample must be a positive number of episodes, got {every}")
+    if every == 1:
+        return history, None
+    history = history.to_numpy()
+    dones = np.asarray(history.dones, bool)
+    episode = np.cumsum(dones, axis=1) - dones  # the ending step belongs to its episode
+    keep = episode % every == 0
+    lengths = keep.sum(1)
+    longest = int(lengths.max())
+    # Stable order of kept steps first: row n's kept steps, in time order, then the rest.
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :longest]
+    valid = np.arange(longest)[None, :] < lengths[:, None]
+
+    def take(x, fill):
+        x = np.asarray(x)
+        rows = np.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=1)
+        mask = valid.reshape(valid.shape + (1,) * (x.ndim - 2))
+        return np.where(mask, rows, np.asarray(fill, x.dtype))
+
+    subsampled = History(observations=take(history.observations, 0),
+                         actions=take(history.actions, 0),
+                         rewards=take(history.rewards, 0),
+                         dones=take(dones, True),
+                         task_ids=np.asarray(history.task_ids),
+                         action_mask=np.asarray(history.action_mask))
+    ragged = bool((lengths != longest).any())
+    return subsampled, (lengths.astype(np.int32) if ragged else None)
+
+
 def check_dataset(history: History, *, num_actions: int, num_observations: int | None,
-                  observation_shape: tuple[int, ...], window: int) -> None:
-    """Raise `HistoryFormatError` when a dataset does not fit the model it is meant to train."""
+                  observation_shape: tuple[int, ...], window: int,
+                  lengths: np.ndarray | None = None) -> None:
+    """Raise `HistoryFormatError` when a dataset does not fit the model it is meant to train.
+
+    `lengths`: the valid steps of each (ragged, subsampled) history, see `subsample_episodes`.
+    """
     history.validate()
     if history.num_actions != num_actions:
         raise HistoryFormatError(
@@ -63,7 +126,13 @@ def check_dataset(history: History, *, num_actions: int, num_observations: int |
             f"observations have per-step shape {obs.shape[2:]}, expected {tuple(observation_shape)}")
     if history.length < window:
         raise HistoryFormatError(
-            f"histories have {history.length} steps, shorter than the training window {window}")
+            f"histories have {history.length} steps, shorter than the training window {window}"
+            " (with data.subsample > 1: fewer kept episodes than the window needs)")
+    if lengths is not None and int(np.min(lengths)) < window:
+        short = int((np.asarray(lengths) < window).sum())
+        raise HistoryFormatError(
+            f"{short} subsampled histories have fewer than {window} steps (shortest "
+            f"{int(np.min(lengths))}), the training window; lower data.subsample or the window")
     actions = np.asarray(history.actions)
     if actions.min() < 0 or actions.max() >= num_actions:
         raise HistoryFormatError(f"actions span [{actions.min()}, {actions.max()}], outside "
@@ -71,11 +140,15 @@ def check_dataset(history: History, *, num_actions: int, num_observations: int |
 
 
 def sample_windows(data: StepWindows, key: jax.Array, batch_size: int, window: int) -> StepWindows:
-    """Uniformly sample `batch_size` windows of `window` steps (history, then offset), on device."""
+    """Uniformly sample `batch_size` windows of `window` steps (history, then offset), on device.
+
+    With `data.lengths`, a window of row n starts in [0, lengths[n] - window].
+    """
     num_histories, length = data.actions.shape
     key_history, key_start = jax.random.split(key)
     rows = jax.random.randint(key_history, (batch_size,), 0, num_histories)
-    starts = jax.random.randint(key_start, (batch_size,), 0, length - window + 1)
+    last_start = length - window if data.lengths is None else data.lengths[rows] - window
+    starts = jax.random.randint(key_start, (batch_size,), 0, last_start + 1)
 
     def take(x, row, start):
         return jax.lax.dynamic_slice_in_dim(x[row], start, window, axis=0)
