@@ -71,6 +71,49 @@ def data_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()), ("data",))
 
 
+def gradient_step(method, optimizer: optax.GradientTransformation, state: TrainState, batch,
+                  dropout_key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimiser step of `method.loss` on `batch` (shared by both train-step builders)."""
+    (_, metrics), grads = jax.value_and_grad(method.loss, has_aux=True)(
+        state.params, batch, dropout_key)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
+    return TrainState(state.step + 1, params, opt_state), metrics
+
+
+def make_loader_train_step(method, optimizer: optax.GradientTransformation, batch_size: int,
+                           steps_per_call: int, mesh: Mesh) -> Callable:
+    """Build `train_steps(state, batches, seed_key) -> (state, metrics)`, jitted, for data that
+    does not fit on device (pixel stores): `batches` is a pytree whose leaves have
+    `steps_per_call * batch_size` leading rows (one loader batch), scanned as `steps_per_call`
+    optimiser steps of `batch_size` windows. Dropout keys are `fold_in(seed_key, step)` as in
+    `make_train_step`."""
+    num_devices = mesh.devices.size
+    if batch_size % num_devices:
+        raise ValueError(f"batch_size={batch_size} is not divisible by the {num_devices} devices")
+    batch_sharding = NamedSharding(mesh, P("data"))
+
+    def one_step(carry, batch):
+        state, seed_key = carry
+        _, dropout_key = jax.random.split(jax.random.fold_in(seed_key, state.step))
+        batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+        state, metrics = gradient_step(method, optimizer, state, batch, dropout_key)
+        return (state, seed_key), metrics
+
+    chex.clear_trace_counter()
+
+    @chex.assert_max_traces(n=1)
+    def train_steps(state: TrainState, batches, seed_key: jax.Array):
+        per_step = jax.tree.map(
+            lambda x: x.reshape((steps_per_call, batch_size) + x.shape[1:]), batches)
+        (state, _), metrics = jax.lax.scan(one_step, (state, seed_key), per_step)
+        return state, metrics
+
+    replicated = NamedSharding(mesh, P())
+    return jax.jit(train_steps, out_shardings=(replicated, replicated), donate_argnums=0)
+
+
 def make_train_step(method, optimizer: optax.GradientTransformation, batch_size: int,
                     window: int, steps_per_call: int, mesh: Mesh,
                     sample_fn: Callable = sample_windows) -> Callable:
@@ -94,12 +137,8 @@ def make_train_step(method, optimizer: optax.GradientTransformation, batch_size:
         sample_key, dropout_key = jax.random.split(step_key)
         batch = sample_fn(data, sample_key, batch_size, window)
         batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
-        (loss, metrics), grads = jax.value_and_grad(method.loss, has_aux=True)(
-            state.params, batch, dropout_key)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
-        return (TrainState(state.step + 1, params, opt_state), data, seed_key), metrics
+        state, metrics = gradient_step(method, optimizer, state, batch, dropout_key)
+        return (state, data, seed_key), metrics
 
     # chex keys its trace counter by definition site, so a new trainer in the same process (a
     # test, a sweep) starts from zero; within one trainer a second trace raises.
@@ -183,8 +222,13 @@ class Checkpointer:
 
 def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir: str,
           signature: dict[str, Any], seed: int = 0, show_progress: bool = True,
-          stop_at: int | None = None, sample_fn: Callable = sample_windows) -> TrainState:
+          stop_at: int | None = None, sample_fn: Callable = sample_windows,
+          loader_fn: Callable | None = None) -> TrainState:
     """Train `method` on `data`, resuming from the latest checkpoint in `workdir` if any.
+
+    With `loader_fn(start_step) -> iterator` (data that lives on disk, e.g. a pixel store),
+    each jitted call trains on the iterator's next batch of `steps_per_call * batch_size`
+    windows, and `data` is one example batch (any batch size) that fixes the parameter shapes.
 
     `stop_at` ends the run early at that step, after checkpointing it, as a preempted job
     would; running again with the same config resumes and ends where an uninterrupted run ends.
@@ -202,16 +246,29 @@ def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir:
                              f"train.steps_per_call={config.steps_per_call}")
     mesh = data_mesh()
     optimizer = make_optimizer(config)
-    data = jax.device_put(data, NamedSharding(mesh, P()))
     seed_key = jax.random.key(seed)
-    state = init_train_state(method, optimizer, data, jax.random.fold_in(seed_key, 2**31 - 1),
-                             config.seq_len, mesh, sample_fn)
+    init_key = jax.random.fold_in(seed_key, 2**31 - 1)
+    if loader_fn is None:
+        data = jax.device_put(data, NamedSharding(mesh, P()))
+        state = init_train_state(method, optimizer, data, init_key, config.seq_len, mesh,
+                                 sample_fn)
+    else:  # the example batch fixes the parameter shapes; `data` is unused
+        state = init_train_state(method, optimizer, data, init_key, config.seq_len, mesh,
+                                 lambda example, *_: example)
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), signature,
                                 config.keep_checkpoints)
     if checkpointer.latest_step() is not None:
         state = jax.device_put(checkpointer.restore(state), NamedSharding(mesh, P()))
-    train_steps = make_train_step(method, optimizer, config.batch_size, config.seq_len,
-                                  config.steps_per_call, mesh, sample_fn)
+    if loader_fn is None:
+        train_steps = make_train_step(method, optimizer, config.batch_size, config.seq_len,
+                                      config.steps_per_call, mesh, sample_fn)
+    else:
+        loader = loader_fn(int(state.step))
+        loader_steps = make_loader_train_step(method, optimizer, config.batch_size,
+                                              config.steps_per_call, mesh)
+
+        def train_steps(state, _, seed_key):
+            return loader_steps(state, next(loader), seed_key)
     logger = MetricsLogger(workdir, "train")
     start = int(state.step)
     bar = progress(total=config.num_steps, initial=start, desc="train", disable=not show_progress)
@@ -231,4 +288,6 @@ def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir:
         bar.close()
         logger.close()
         checkpointer.close()
+        if loader_fn is not None and hasattr(loader, "close"):
+            loader.close()
     return jax.device_get(state)

@@ -199,10 +199,15 @@ def doom_bridge(scenario: str, num_envs: int, **kwargs) -> HostVectorEnv:
 class DoomExpert:
     """Privileged expert with action noise (a `HostPolicy`): turn toward the waypoint, move
     forward when roughly facing it, attack when it is an enemy (Deadly Corridor); each action
-    component is replaced by a uniform value with probability `noise`."""
+    component is replaced by a uniform value with probability `noise`: one float for every env,
+    or one per env (a sequence of N values, for datasets that mix expert qualities)."""
 
-    def __init__(self, scenario: str, noise: float = 0.1):
-        self.scenario, self.noise = scenario, float(noise)
+    def __init__(self, scenario: str, noise=0.1):
+        self.scenario = scenario
+        noise = np.asarray(noise, np.float32)
+        if noise.ndim > 1 or (noise < 0).any() or (noise > 1).any():
+            raise ValueError(f"noise must be a probability or one per env, got {noise}")
+        self.noise = float(noise) if noise.ndim == 0 else tuple(noise.tolist())
         self.nvec = jnp.asarray(action_nvec(scenario), jnp.int32)
 
     def init(self, key, num_envs):
@@ -222,7 +227,12 @@ class DoomExpert:
             comps[1] = jnp.where(enemy, 0, move)  # stand and shoot, then advance
         expert = jnp.stack(comps, -1).astype(jnp.int32)  # (N, n)
         k_mask, k_rand = jax.random.split(key)
-        noisy = jax.random.uniform(k_mask, expert.shape) < self.noise
+        noise = jnp.asarray(self.noise, jnp.float32)
+        if noise.ndim:
+            if noise.shape[0] != expert.shape[0]:
+                raise ValueError(f"{noise.shape[0]} noise levels for {expert.shape[0]} envs")
+            noise = noise[:, None]
+        noisy = jax.random.uniform(k_mask, expert.shape) < noise
         rand = jax.random.randint(k_rand, expert.shape, 0, self.nvec)
         return jnp.where(noisy, rand, expert), state
 
@@ -285,3 +295,148 @@ def _check_episode(ep, scenario, where) -> None:
     acts = np.asarray(ep["actions"])
     if not np.issubdtype(acts.dtype, np.integer) or (acts < 0).any() or (acts >= action_nvec(scenario)).any():
         raise ValueError(f"{where}: actions outside MultiDiscrete{tuple(action_nvec(scenario))}")
+
+
+# --- expert datasets for Decision Transformers ------------------------------------------------
+
+
+def complete_episodes(out: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Cut a `host_rollout` result (batch-major `(N, T, ...)` arrays) into its complete episodes,
+    env by env, in the documented episode format; each env's unfinished last episode is dropped."""
+    episodes = []
+    for i in range(np.asarray(out["dones"]).shape[0]):
+        start = 0
+        for end in np.flatnonzero(np.asarray(out["dones"][i])):
+            steps = slice(start, end + 1)
+            episodes.append(dict(
+                observations=np.asarray(out["observations"][i, steps], np.uint8),
+                actions=np.asarray(out["actions"][i, steps], np.int32),
+                rewards=np.asarray(out["rewards"][i, steps], np.float32),
+                terminated=np.asarray(out["terminated"][i, steps], bool),
+                truncated=np.asarray(out["truncated"][i, steps], bool)))
+            start = end + 1
+    return episodes
+
+
+def write_store_episodes(writer, scenario: str, episodes: list[dict[str, np.ndarray]]) -> None:
+    """Append episodes (episode format, validated) to a `PixelStoreWriter`, one history each:
+    the store layout `icrl_jax.data.pixel_trajectories.PixelTrajectoryStore` reads."""
+    for k, ep in enumerate(episodes):
+        _check_episode(ep, scenario, f"episode {k}")
+        dones = np.zeros(len(ep["rewards"]), bool)
+        dones[-1] = True
+        writer.add_history(ep["observations"], ep["actions"], ep["rewards"], dones)
+
+
+def record_expert_dataset(directory: str, scenario: str, num_steps: int, num_envs: int = 8,
+                          noise=(0.0, 0.3), seed: int = 0, steps_per_call: int = 1000,
+                          episodes_dir: str = "", chunk_steps: int = 4096) -> dict:
+    """Record `DoomExpert` episodes through the bridge into a pixel store at `directory`.
+
+    The N envs run `host_rollout` (one jitted scan, one batched callback per step) in calls of
+    `steps_per_call` steps until at least `num_steps` steps of complete episodes are stored (an
+    env's episode still running at the end of a call is dropped). `noise`: one probability, or a
+    (low, high) range spread evenly over the N envs, so the dataset mixes expert qualities (the
+    spread of returns a DT conditions on). `episodes_dir`: also write the documented episode
+    format there. Writes `<directory>/dataset.json` (size, returns, generation time) and returns it.
+    """
+    import time
+
+    from envs.host.bridge import host_rollout
+    from icrl_jax.data.pixel_store import PixelStoreWriter
+
+    if num_steps < 1 or num_envs < 1 or steps_per_call < 1:
+        raise ValueError("num_steps, num_envs and steps_per_call must be positive")
+    noise = np.asarray(noise, np.float32)
+    levels = (np.full(num_envs, float(noise)) if noise.ndim == 0 else
+              np.linspace(float(noise[0]), float(noise[-1]), num_envs))
+    policy = DoomExpert(scenario, levels)
+    start = time.perf_counter()
+    pool = doom_bridge(scenario, num_envs, record=False)
+    stored, returns, lengths, calls, all_episodes = 0, [], [], 0, []
+    try:
+        with PixelStoreWriter(directory, OBS_SHAPE, (len(COMPONENTS[scenario]),),
+                              chunk_steps=chunk_steps) as writer:
+            while stored < num_steps:
+                out = host_rollout(pool, policy, steps_per_call,
+                                   jax.random.PRNGKey(seed * 100_003 + calls), seed=seed + calls)
+                episodes = complete_episodes(jax.device_get(out))
+                del out
+                calls += 1
+                if not episodes and calls >= 3:
+                    raise RuntimeError(f"no {scenario} episode finished in {steps_per_call} steps "
+                                       f"({calls} calls): raise steps_per_call")
+                write_store_episodes(writer, scenario, episodes)
+                if episodes_dir:
+                    all_episodes += episodes
+                stored += sum(len(ep["rewards"]) for ep in episodes)
+                returns += [float(ep["rewards"].sum()) for ep in episodes]
+                lengths += [len(ep["rewards"]) for ep in episodes]
+    finally:
+        pool.close()
+    if episodes_dir:
+        save_episodes(episodes_dir, scenario, all_episodes)
+    seconds = time.perf_counter() - start
+    size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
+    returns_arr = np.asarray(returns)
+    info = dict(scenario=scenario, steps=int(stored), episodes=len(returns), num_envs=num_envs,
+                noise=[round(float(x), 4) for x in levels], seed=seed, rollout_calls=calls,
+                generation_seconds=round(seconds, 1), steps_per_second=round(stored / seconds, 1),
+                bytes=int(size), mean_return=float(returns_arr.mean()),
+                max_return=float(returns_arr.max()), min_return=float(returns_arr.min()),
+                mean_length=float(np.mean(lengths)), max_length=int(np.max(lengths)))
+    with open(os.path.join(directory, "dataset.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    return info
+
+
+def import_episodes_to_store(episodes_dir: str, directory: str, chunk_steps: int = 4096) -> dict:
+    """Convert a dataset in the documented episode format (recorded elsewhere, e.g. by an APPO
+    agent as in the M-SAT paper) into the pixel store a DT trains from. Returns its summary."""
+    from icrl_jax.data.pixel_store import PixelStoreWriter
+
+    meta, episodes = load_episodes(episodes_dir)
+    scenario = meta["scenario"]
+    with PixelStoreWriter(directory, OBS_SHAPE, (len(COMPONENTS[scenario]),),
+                          chunk_steps=chunk_steps) as writer:
+        write_store_episodes(writer, scenario, episodes)
+    returns = [float(ep["rewards"].sum()) for ep in episodes]
+    info = dict(scenario=scenario, steps=int(sum(len(ep["rewards"]) for ep in episodes)),
+                episodes=len(episodes), imported_from=os.path.abspath(episodes_dir),
+                mean_return=float(np.mean(returns)) if returns else None)
+    with open(os.path.join(directory, "dataset.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    return info
+
+
+#: Deadly Corridor success: the vest was reached, i.e. the return exceeds the most the
+#: x-progress reward alone can pay (~1312 units of corridor); reaching the vest adds +1000.
+DC_SUCCESS_RETURN = 1500.0
+
+
+#: Both scenarios time out after 2100 tics: 525 steps at frame skip 4.
+MAX_EPISODE_STEPS = 2100 // FRAME_SKIP
+
+
+def episode_stats(rewards: np.ndarray, dones: np.ndarray, terminated: np.ndarray, scenario: str,
+                  max_start: int | None = None):
+    """Per complete episode (return float32 `(E,)`, success bool `(E,)`) from `(N, T)` rollout
+    arrays; each env's unfinished last episode is left out. Success: My Way Home = the vest was
+    reached (the episode terminated: there is no death); Deadly Corridor = return above
+    `DC_SUCCESS_RETURN`.
+
+    `max_start`: keep only episodes that start at step <= max_start. With max_start =
+    T - MAX_EPISODE_STEPS every such episode finishes inside the rollout whatever its outcome, so
+    the estimate is not biased towards short (e.g. successful) episodes, as dropping the
+    unfinished ones alone would be."""
+    returns, successes = [], []
+    for r, d, te in zip(np.asarray(rewards), np.asarray(dones), np.asarray(terminated)):
+        start = 0
+        for end in np.flatnonzero(d):
+            if max_start is not None and start > max_start:
+                break
+            ret = float(r[start:end + 1].sum())
+            returns.append(ret)
+            successes.append(ret > DC_SUCCESS_RETURN if scenario == "deadly_corridor" else bool(te[end]))
+            start = end + 1
+    return np.array(returns, np.float32), np.array(successes, bool)

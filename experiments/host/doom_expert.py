@@ -1,9 +1,7 @@
 """Return and success rate of the privileged ViZDoom experts (`python -m experiments.host.doom_expert`).
 
-Success: My Way Home = the vest was reached (the episode terminated; there is no death);
-Deadly Corridor = the vest was reached, i.e. the episode return exceeds the most the x-progress
-reward alone can pay (~1312 units of corridor) — reaching the vest adds +1000.
-Only complete episodes count.
+Success (see `envs.host.vizdoom.episode_stats`): My Way Home = the vest was reached; Deadly
+Corridor = the vest was reached (return above `DC_SUCCESS_RETURN`). Only complete episodes count.
 """
 
 from __future__ import annotations
@@ -17,20 +15,7 @@ import numpy as np
 from envs.host import vizdoom as vd
 from envs.host.bridge import host_rollout
 
-DC_SUCCESS_RETURN = 1500.0
-
-
-def episode_stats(rewards: np.ndarray, dones: np.ndarray, terminated: np.ndarray, scenario: str):
-    """Per complete episode (return, success) from `(N, T)` arrays."""
-    returns, successes = [], []
-    for r, d, te in zip(rewards, dones, terminated):
-        start = 0
-        for end in np.flatnonzero(d):
-            ret = float(r[start:end + 1].sum())
-            returns.append(ret)
-            successes.append(ret > DC_SUCCESS_RETURN if scenario == "deadly_corridor" else bool(te[end]))
-            start = end + 1
-    return np.array(returns, np.float32), np.array(successes, bool)
+episode_stats = vd.episode_stats  # kept importable from here
 
 
 def main(argv=None):

@@ -21,6 +21,10 @@ timestep added to every token of the step, as in the DT paper), "position" (the 
 `position` encoding over token positions) or "none" (M-SAT's no-PE ablation).
 Returns-to-go enter divided by `model.rtg_scale`. Padding steps are masked out of attention and
 of the loss.
+
+Pixel states: uint8 image observations `(B, L, H, W, C)` are embedded by `models.encoders.CNNEncoder`
+(`model.cnn_channels`, `model.cnn_kernel`) after an optional integer average-pool `model.obs_pool`
+(a cheap downscale for CPU runs); ids and float vectors keep `ObservationEmbedding`.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import ml_collections
 import numpy as np
 
 from icrl_jax.data.trajectories import Trajectories
+from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.dt_tokens import (MultiActionTokens, ReturnEmbedding, SingleActionToken,
                                        interleave_step_tokens, step_attention_mask)
 from icrl_jax.models.tokens import ObservationEmbedding
@@ -50,7 +55,33 @@ def dt_model_config() -> ml_collections.ConfigDict:
         max_timestep=1000,  # rows of the timestep table
         rtg_scale=1.0,  # returns-to-go are divided by this before embedding
         action_prediction="state",  # state | autoregressive (multi-action tokens)
+        # Pixel (uint8 image) states only:
+        cnn_channels=(32, 64, 64),  # strided conv widths of the state encoder
+        cnn_kernel=4,
+        obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
     ))
+
+
+class PixelStateEmbedding(nn.Module):
+    """uint8 images `(B, L, H, W, C)` -> `(B, L, D)`: optional integer average-pool, then CNN."""
+
+    d_model: int
+    channels: tuple[int, ...] = (32, 64, 64)
+    kernel: int = 4
+    pool: int = 1
+
+    @nn.compact
+    def __call__(self, images):
+        if images.dtype != jnp.uint8:
+            raise ValueError(f"pixel states must be uint8 (B, L, H, W, C), got {images.dtype}")
+        if self.pool > 1:
+            b, l, h, w, c = images.shape
+            p = self.pool
+            if h % p or w % p:
+                raise ValueError(f"model.obs_pool={p} does not divide the image size {(h, w)}")
+            pooled = images.reshape(b, l, h // p, p, w // p, p, c).astype(jnp.float32).mean((3, 5))
+            images = jnp.round(pooled).astype(jnp.uint8)  # the encoder scales uint8 to [0, 1]
+        return CNNEncoder(self.d_model, tuple(self.channels), self.kernel, name="cnn")(images)
 
 
 class DTModel(nn.Module):
@@ -73,6 +104,9 @@ class DTModel(nn.Module):
     timestep_encoding: str = "timestep"
     max_timestep: int = 1000
     action_prediction: str = "state"
+    cnn_channels: tuple[int, ...] = (32, 64, 64)
+    cnn_kernel: int = 4
+    obs_pool: int = 1
 
     @property
     def action_tokens_per_step(self) -> int:
@@ -90,7 +124,12 @@ class DTModel(nn.Module):
           `(B, L, d)`; plus per-layer `(B, H, L*P, L*P)` attention maps when `return_attention`.
         """
         returns = ReturnEmbedding(self.d_model, name="return")(returns_to_go)
-        states = ObservationEmbedding(self.d_model, self.num_observations, name="state")(observations)
+        if self.num_observations is None and observations.ndim == 5:  # (B, L, H, W, C) pixels
+            states = PixelStateEmbedding(self.d_model, self.cnn_channels, self.cnn_kernel,
+                                         self.obs_pool, name="state")(observations)
+        else:
+            states = ObservationEmbedding(self.d_model, self.num_observations,
+                                          name="state")(observations)
         if self.multi_action_tokens:
             action_tokens = MultiActionTokens(self.d_model, self.action_dims,
                                               self.state_in_action_tokens,
@@ -176,7 +215,10 @@ class DecisionTransformer:
         self.model = DTModel(model_config.d_model, backbone, self.action_dims, num_observations,
                              int(continuous_dim), self.multi_action_tokens,
                              self.state_in_action_tokens, encoding,
-                             int(model_config.max_timestep), prediction)
+                             int(model_config.max_timestep), prediction,
+                             tuple(int(c) for c in model_config.get("cnn_channels", (32, 64, 64))),
+                             int(model_config.get("cnn_kernel", 4)),
+                             int(model_config.get("obs_pool", 1)))
 
     @property
     def num_components(self) -> int:

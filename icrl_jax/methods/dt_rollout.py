@@ -98,3 +98,56 @@ def episode_returns(rewards: jax.Array, episode_length: int) -> jax.Array:
     num_envs, steps = rewards.shape
     whole = steps // episode_length * episode_length
     return rewards[:, :whole].reshape(num_envs, -1, episode_length).sum(-1)
+
+
+class DTHostPolicy:
+    """A Decision Transformer as a `envs.host.bridge.HostPolicy`: return-conditioned rollouts
+    of host simulators (ViZDoom) through `host_rollout`'s single jitted scan, one batched
+    callback per step.
+
+    The rule is `make_rollout`'s: each env's context holds the last K steps of its current
+    episode (left-padded, masked); the return-to-go starts at `target_return` and loses every
+    reward; the context is cleared when an episode ends. The bridge reports the previous step's
+    reward and done with each observation, so they are applied here before acting. The
+    per-env work is `vmap`ped; `params` are constants of the jitted rollout.
+
+    State: (contexts `(N, K, ...)`, rtg float32 `(N,)`, t int32 `(N,)`).
+    """
+
+    def __init__(self, method, params, context_len: int, target_return: float,
+                 obs_shape: tuple[int, ...], obs_dtype=jnp.uint8, greedy: bool = False):
+        if not method.action_dims:
+            raise ValueError("DTHostPolicy drives (multi-)discrete host envs; "
+                             "this method has continuous actions")
+        self.method, self.params = method, params
+        self.context_len, self.target = int(context_len), float(target_return)
+        self.obs = jnp.zeros(tuple(obs_shape), obs_dtype)  # shape/dtype of one observation
+        self.greedy = bool(greedy)
+
+    def init(self, key, num_envs):
+        del key
+        context = empty_context(self.method, self.obs, self.context_len)
+        contexts = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs,) + x.shape), context)
+        return (contexts, jnp.full((num_envs,), self.target, jnp.float32),
+                jnp.zeros((num_envs,), jnp.int32))
+
+    def act(self, key, state, step):
+        contexts, rtg, t = state
+        num_envs = step.obs.shape[0]
+
+        def one_env(context, rtg, t, obs, reward, done, key):
+            # Finish the previous step, then start a fresh episode if it ended.
+            context = context.replace(rewards=context.rewards.at[-1].set(reward))
+            fresh = empty_context(self.method, obs, self.context_len)
+            context = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, context)
+            rtg = jnp.where(done, self.target, rtg - reward)
+            t = jnp.where(done, 0, t)
+            context = _push(context, observations=obs, returns_to_go=rtg, timesteps=t, mask=True)
+            action = self.method.choose_action(self.params, context, key, self.greedy)
+            context = context.replace(actions=context.actions.at[-1].set(action))
+            return context, rtg, t + 1, action
+
+        # At t=0 the bridge reports reward 0 and done False: the first push needs no special case.
+        contexts, rtg, t, actions = jax.vmap(one_env)(
+            contexts, rtg, t, step.obs, step.reward, step.done, jax.random.split(key, num_envs))
+        return actions, (contexts, rtg, t)

@@ -1,0 +1,7 @@
+"""msat_nope on ViZDoom deadly corridor; see `vizdoom.py` for the presets (`:quick`, default = paper scale)."""
+
+from experiments.dt.vizdoom import make_config
+
+
+def get_config(preset: str = ""):
+    return make_config("msat", "deadly_corridor", preset, no_pe=True)
