@@ -21,7 +21,7 @@ import envs
 from icrl_jax import metrics as M
 from icrl_jax.config import finalize
 from icrl_jax.data import sources as S
-from icrl_jax.data.dataset import check_dataset, to_step_windows
+from icrl_jax.data.dataset import check_dataset, subsample_episodes, to_step_windows
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.history import History, load_history, save_history
 from icrl_jax.logging_utils import MetricsLogger, progress
@@ -143,10 +143,12 @@ def train(config):
             raise FileNotFoundError(f"no dataset at {dataset_path(config)} and run.generate=False")
         generate(config)
     history, _ = load_history(dataset_path(config))
+    history, lengths = subsample_episodes(history, config.data.subsample)
     check_dataset(history, num_actions=env.num_actions, num_observations=env.num_observations,
-                  observation_shape=env.observation_shape, window=config.train.seq_len)
+                  observation_shape=env.observation_shape, window=config.train.seq_len,
+                  lengths=lengths)
     method = build_method(config, env)
-    state = T.train(method, to_step_windows(history), config.train, config.workdir,
+    state = T.train(method, to_step_windows(history, lengths), config.train, config.workdir,
                     model_signature(config, env), seed=config.seed,
                     show_progress=config.run.progress)
     if config.run.evaluate:
