@@ -81,6 +81,9 @@ def _run(argv: list[str]) -> None:
         raise app.UsageError("--config is required, e.g. --config experiments/ad/darkroom.py:quick")
     config = pipeline.resolve_config(_CONFIG.value)
     command = commands[0]
+    if config.get("runner"):  # an experiment with its own stages (host simulators: Miniworld)
+        import importlib
+        return importlib.import_module(config.runner).run(config, command)
     if config.method in pipeline.DT_METHOD_NAMES and command in ("generate", "train", "evaluate"):
         pipeline.run_dt(config, command)
     elif command == "generate":

@@ -83,12 +83,12 @@ def gradient_step(method, optimizer: optax.GradientTransformation, state: TrainS
 
 
 def make_loader_train_step(method, optimizer: optax.GradientTransformation, batch_size: int,
-                           steps_per_call: int, mesh: Mesh) -> Callable:
+                           steps_per_call: int, mesh: Mesh, unroll: int | bool = 1) -> Callable:
     """Build `train_steps(state, batches, seed_key) -> (state, metrics)`, jitted, for data that
     does not fit on device (pixel stores): `batches` is a pytree whose leaves have
     `steps_per_call * batch_size` leading rows (one loader batch), scanned as `steps_per_call`
     optimiser steps of `batch_size` windows. Dropout keys are `fold_in(seed_key, step)` as in
-    `make_train_step`."""
+    `make_train_step`; `unroll` as there."""
     num_devices = mesh.devices.size
     if batch_size % num_devices:
         raise ValueError(f"batch_size={batch_size} is not divisible by the {num_devices} devices")
@@ -107,7 +107,8 @@ def make_loader_train_step(method, optimizer: optax.GradientTransformation, batc
     def train_steps(state: TrainState, batches, seed_key: jax.Array):
         per_step = jax.tree.map(
             lambda x: x.reshape((steps_per_call, batch_size) + x.shape[1:]), batches)
-        (state, _), metrics = jax.lax.scan(one_step, (state, seed_key), per_step)
+        (state, _), metrics = jax.lax.scan(one_step, (state, seed_key), per_step,
+                                           unroll=unroll)
         return state, metrics
 
     replicated = NamedSharding(mesh, P())
@@ -116,7 +117,7 @@ def make_loader_train_step(method, optimizer: optax.GradientTransformation, batc
 
 def make_train_step(method, optimizer: optax.GradientTransformation, batch_size: int,
                     window: int, steps_per_call: int, mesh: Mesh,
-                    sample_fn: Callable = sample_windows) -> Callable:
+                    sample_fn: Callable = sample_windows, unroll: int | bool = 1) -> Callable:
     """Build `train_steps(state, data, seed_key) -> (state, metrics)`, jitted.
 
     Runs `steps_per_call` optimiser steps in one `lax.scan`. Each step samples its windows on
@@ -125,6 +126,8 @@ def make_train_step(method, optimizer: optax.GradientTransformation, batch_size:
     `sample_fn(data, key, batch_size, window) -> batch` draws the windows (default
     `sample_windows`; Decision Transformers sample padded trajectory windows instead).
     Metrics are stacked over the inner steps: `{name: (steps_per_call,)}`.
+    `unroll` is the scan's unroll factor (True = no loop): XLA:CPU runs convolutions inside a
+    while loop several times slower than outside one, so pixel encoders on a CPU unroll.
     """
     num_devices = mesh.devices.size
     if batch_size % num_devices:
@@ -147,7 +150,7 @@ def make_train_step(method, optimizer: optax.GradientTransformation, batch_size:
     @chex.assert_max_traces(n=1)
     def train_steps(state: TrainState, data: StepWindows, seed_key: jax.Array):
         (state, _, _), metrics = jax.lax.scan(one_step, (state, data, seed_key), None,
-                                              length=steps_per_call)
+                                              length=steps_per_call, unroll=unroll)
         return state, metrics
 
     replicated = NamedSharding(mesh, P())
@@ -261,11 +264,13 @@ def train(method, data: StepWindows, config: ml_collections.ConfigDict, workdir:
         state = jax.device_put(checkpointer.restore(state), NamedSharding(mesh, P()))
     if loader_fn is None:
         train_steps = make_train_step(method, optimizer, config.batch_size, config.seq_len,
-                                      config.steps_per_call, mesh, sample_fn)
+                                      config.steps_per_call, mesh, sample_fn,
+                                      unroll=config.get("scan_unroll", 1))
     else:
         loader = loader_fn(int(state.step))
         loader_steps = make_loader_train_step(method, optimizer, config.batch_size,
-                                              config.steps_per_call, mesh)
+                                              config.steps_per_call, mesh,
+                                              unroll=config.get("scan_unroll", 1))
 
         def train_steps(state, _, seed_key):
             return loader_steps(state, next(loader), seed_key)

@@ -129,16 +129,47 @@ class PixelStore:
             self._starts[seq_len] = starts
         return self._starts[seq_len]
 
-    def sample(self, rng: np.random.Generator, batch: int, seq_len: int) -> dict[str, np.ndarray]:
+    def sample(self, rng: np.random.Generator, batch: int, seq_len: int,
+               previous_fill: int | None = None) -> dict[str, np.ndarray]:
+        """`batch` windows of `seq_len` steps, each inside one history.
+
+        With `previous_fill` (AD's "no previous action" id), also prev_actions int32
+        `(B, L, ...)` = a_{t-1} and prev_rewards float32 `(B, L)` = r_{t-1}, taken from the step
+        before the window when it belongs to the same history (also across a chunk boundary),
+        else `previous_fill` and 0 (the history's first step).
+        """
         starts = self._valid_starts(seq_len)
         sizes = np.array([len(s) for s in starts], np.float64)
         chunk_ids = rng.choice(len(starts), size=batch, p=sizes / sizes.sum())
         out = {f: [] for f in ("obs", "actions", "rewards", "dones")}
+        prev_a, prev_r = [], []
         for k in chunk_ids:
             s = int(starts[k][rng.integers(len(starts[k]))])
             for f in out:
                 out[f].append(np.asarray(self.chunks[k][f][s:s + seq_len]))
-        return {f: np.stack(v) for f, v in out.items()}
+            if previous_fill is not None:
+                a0, r0 = self._step_before(int(k), s, previous_fill)
+                prev_a.append(np.concatenate([a0[None], out["actions"][-1][:-1]]))
+                prev_r.append(np.concatenate([[r0], out["rewards"][-1][:-1]]).astype(np.float32))
+        out = {f: np.stack(v) for f, v in out.items()}
+        if previous_fill is not None:
+            out["prev_actions"] = np.stack(prev_a).astype(np.int32)
+            out["prev_rewards"] = np.stack(prev_r)
+        return out
+
+    def _step_before(self, k: int, s: int, fill: int) -> tuple[np.ndarray, float]:
+        """(action, reward) of the step before step s of chunk k if it is in the same history."""
+        c = self.chunks[k]
+        if s > 0:
+            prev_chunk, i = c, s - 1
+        elif k > 0 and len(self.chunks[k - 1]["history"]):
+            prev_chunk, i = self.chunks[k - 1], len(self.chunks[k - 1]["history"]) - 1
+        else:
+            prev_chunk = None
+        if prev_chunk is None or int(prev_chunk["history"][i]) != int(c["history"][s]):
+            shape = tuple(self.meta["action_shape"])
+            return np.full(shape, fill, np.int32), 0.0
+        return np.asarray(prev_chunk["actions"][i], np.int32), float(prev_chunk["rewards"][i])
 
 
 class PrefetchLoader:
@@ -146,24 +177,41 @@ class PrefetchLoader:
 
     The thread reads the memory-mapped windows and `jax.device_put`s them (optionally with a
     sharding) `prefetch` batches ahead, so disk reads overlap the training step. Batches are
-    reproducible: one seeded numpy Generator draws all windows, in order.
+    reproducible: by default one seeded numpy Generator draws all windows, in order; with
+    `start_batch` set, batch i is drawn by its own Generator seeded with (seed, i), starting at
+    i = start_batch, so a resumed training run gets the batches an uninterrupted run would have.
+    `sample_kwargs` go to `PixelStore.sample` (e.g. previous_fill); `device_put=False` yields
+    host numpy arrays (for a consumer that is itself a host callback).
     """
 
     def __init__(self, store: PixelStore, batch_size: int, seq_len: int, seed: int = 0,
-                 prefetch: int = 2, sharding=None):
+                 prefetch: int = 2, sharding=None, start_batch: int | None = None,
+                 sample_kwargs: dict | None = None, device_put: bool = True):
         self.store, self.batch_size, self.seq_len = store, batch_size, seq_len
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.sharding = sharding
+        self.next_batch = start_batch
+        self.sample_kwargs = dict(sample_kwargs or {})
+        self.sharding, self.device_put = sharding, device_put
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._produce, daemon=True, name="pixel-prefetch")
         self._thread.start()
 
+    def _rng(self) -> np.random.Generator:
+        if self.next_batch is None:
+            return self.rng
+        rng = np.random.default_rng((self.seed, self.next_batch))
+        self.next_batch += 1
+        return rng
+
     def _produce(self) -> None:
         try:
             while not self._stop.is_set():
-                batch = self.store.sample(self.rng, self.batch_size, self.seq_len)
-                batch = jax.device_put(batch, self.sharding)
+                batch = self.store.sample(self._rng(), self.batch_size, self.seq_len,
+                                          **self.sample_kwargs)
+                if self.device_put:
+                    batch = jax.device_put(batch, self.sharding)
                 while not self._stop.is_set():
                     try:
                         self._queue.put(batch, timeout=0.1)
@@ -185,3 +233,55 @@ class PrefetchLoader:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+def _as_step_windows(batch: dict, num_actions: int, xp=np):
+    from icrl_jax.data.dataset import StepWindows
+
+    n = batch["actions"].shape[0]
+    return StepWindows(observations=batch["obs"], prev_actions=batch["prev_actions"],
+                       prev_rewards=batch["prev_rewards"], actions=batch["actions"],
+                       action_mask=xp.ones((n, num_actions), bool))
+
+
+def example_step_windows(store: PixelStore, num_actions: int, seq_len: int, batch: int = 1):
+    """A few AD `StepWindows` from the store (host arrays), e.g. to shape a model's parameters:
+    observations uint8 `(B, L, H, W, C)`, all-true action mask `(B, num_actions)`."""
+    if tuple(store.meta["action_shape"]):
+        raise ValueError(f"AD windows need scalar actions; the store has action shape "
+                         f"{store.meta['action_shape']}")
+    sample = store.sample(np.random.default_rng(0), batch, seq_len, previous_fill=num_actions)
+    return _as_step_windows(sample, num_actions)
+
+
+class StepWindowsLoader:
+    """AD `StepWindows` for `icrl_jax.train.train(loader_fn=...)`: each item holds the windows
+    of one jitted call, `steps_per_call * batch_size` rows, prefetched to the device.
+
+    Item i is drawn from (seed, i) (`PrefetchLoader(start_batch=...)`), and a run resumed at
+    train step s starts at item s // steps_per_call, so it sees the batches an uninterrupted run
+    would have.
+    """
+
+    def __init__(self, store: PixelStore, num_actions: int, batch_size: int, seq_len: int,
+                 steps_per_call: int, start_step: int = 0, seed: int = 0, prefetch: int = 2,
+                 sharding=None):
+        if start_step % steps_per_call:
+            raise ValueError(f"start step {start_step} is not a multiple of steps_per_call "
+                             f"{steps_per_call}")
+        example_step_windows(store, num_actions, seq_len)  # checks actions and window length
+        self.num_actions = num_actions
+        self.loader = PrefetchLoader(store, steps_per_call * batch_size, seq_len, seed=seed,
+                                     prefetch=prefetch, sharding=sharding,
+                                     start_batch=start_step // steps_per_call,
+                                     sample_kwargs={"previous_fill": num_actions})
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        import jax.numpy as jnp
+        return _as_step_windows(next(self.loader), self.num_actions, jnp)
+
+    def close(self) -> None:
+        self.loader.close()

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from icrl_jax.data.dataset import StepWindows
+from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.heads import smoothed_cross_entropy
 from icrl_jax.models.ngram import get_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
@@ -23,6 +24,8 @@ class ADModel(nn.Module):
     d_model: int
     backbone: Transformer
     grid_size: int | None = None
+    #: Pixel observations `(B, L, H, W, C)` -> features `(B, L, E)`, trained end to end.
+    obs_encoder: nn.Module | None = None
 
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, deterministic: bool = True,
@@ -31,6 +34,11 @@ class ADModel(nn.Module):
 
         `ngram_ids`: int `(B, L[, K])` step ids for the backbone's n-gram layers, if it has any.
         """
+        if self.obs_encoder is not None:
+            if observations.ndim != 5:
+                raise ValueError(f"the pixel observation encoder needs (B, L, H, W, C) "
+                                 f"observations, got shape {observations.shape}")
+            observations = self.obs_encoder(observations)  # then embedded as float vectors
         tokens = ADStepTokens(self.d_model, self.num_actions, self.num_observations,
                               self.grid_size, name="tokens")(observations, prev_actions, prev_rewards)
         hidden = self.backbone(tokens, deterministic=deterministic,
@@ -38,6 +46,20 @@ class ADModel(nn.Module):
         hidden, attention = hidden if return_attention else (hidden, None)
         logits = nn.Dense(self.num_actions, name="action_head")(hidden)
         return (logits, attention) if return_attention else logits
+
+
+def observation_encoder(model_config) -> nn.Module | None:
+    """`model.observation_encoder`: "none" (ids / float vectors go straight to the token
+    embedding) or "cnn" (`CNNEncoder` for uint8 pixels, widths `model.encoder_channels`, output
+    `model.encoder_dim`, input average-pooled by `model.encoder_pool`)."""
+    kind = model_config.get("observation_encoder", "none")
+    if kind in ("", "none"):
+        return None
+    if kind == "cnn":
+        return CNNEncoder(out_dim=int(model_config.get("encoder_dim", model_config.d_model)),
+                          channels=tuple(model_config.get("encoder_channels", (32, 64, 64))),
+                          pool=int(model_config.get("encoder_pool", 1)), name="obs_encoder")
+    raise ValueError(f"unknown model.observation_encoder {kind!r}; available: 'none', 'cnn'")
 
 
 class AD:
@@ -52,6 +74,9 @@ class AD:
       num_observations: number of discrete observation ids, or None for float vectors.
       grid_size: side of the grid whose cells the observation ids are (see
         `ObservationEmbedding`); None embeds ids by table alone.
+    With `model_config.observation_encoder = "cnn"` the observations are uint8 pixels
+    `(B, L, H, W, C)`, encoded per frame by a CNN trained with the transformer (then
+    `num_observations` must be None).
     """
 
     name = "ad"
@@ -65,8 +90,12 @@ class AD:
         # Step ids for the n-gram layers, computed from each window (None: no n-gram layers).
         self.ngram_ids = (get_ngram_ids(model_config.get("ngram_match", "transition"))
                           if model_config.get("ngram_positions") else None)
+        encoder = observation_encoder(model_config)
+        if encoder is not None and num_observations is not None:
+            raise ValueError("a pixel observation encoder needs num_observations=None, got "
+                             f"{num_observations} discrete observations")
         self.model = ADModel(num_actions, num_observations, model_config.d_model,
-                             Transformer.from_config(model_config), grid_size)
+                             Transformer.from_config(model_config), grid_size, encoder)
 
     def window_ngram_ids(self, window: StepWindows) -> jax.Array | None:
         return None if self.ngram_ids is None else self.ngram_ids(window)

@@ -14,6 +14,7 @@ Images are uint8 `(..., H, W, C)`; they are scaled to [0, 1] float32 inside the 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -31,15 +32,28 @@ def _flat_batch(x: jax.Array, event_ndim: int = 3):
 
 
 class CNNEncoder(nn.Module):
-    """uint8 `(..., H, W, C)` -> float32 `(..., out_dim)`: strided convs, ReLU, dense."""
+    """uint8 `(..., H, W, C)` -> float32 `(..., out_dim)`: strided convs, ReLU, dense.
+
+    `pool` > 1 average-pools the image by that factor first (H and W must be divisible): a CPU
+    preset can afford AD's L frames per window only at low resolution.
+    """
 
     out_dim: int = 128
     channels: tuple[int, ...] = (32, 64, 64)
     kernel: int = 4
+    pool: int = 1
 
     @nn.compact
     def __call__(self, images: jax.Array) -> jax.Array:
         x, lead = _flat_batch(_to_float(images))
+        if self.pool > 1:
+            if x.shape[1] % self.pool or x.shape[2] % self.pool:
+                raise ValueError(f"CNNEncoder.pool={self.pool} does not divide the image size "
+                                 f"{x.shape[1:3]}")
+            # reshape-mean, not reduce_window: XLA:CPU's reduce_window is a slow naive loop.
+            b, h, w, c = x.shape
+            p = self.pool
+            x = x.reshape(b, h // p, p, w // p, p, c).mean(axis=(2, 4))
         for c in self.channels:
             x = nn.relu(nn.Conv(c, (self.kernel, self.kernel), strides=2)(x))
         x = nn.Dense(self.out_dim)(x.reshape(x.shape[0], -1))
@@ -144,3 +158,23 @@ def codes_to_ids(codes: jax.Array, num_codes: int) -> jax.Array:
     for i in range(flat.shape[-1]):  # FNV-1a over the grid
         h = (h ^ flat[..., i]) * jnp.uint32(16777619)
     return (h >> 1).astype(jnp.int32)
+
+
+def vq_ngram_ids(model: VQVAE, params) -> Callable[..., jax.Array]:
+    """An n-gram id function (`icrl_jax.models.ngram.register_ngram_ids`) from a trained VQ-VAE.
+
+    The returned `fn(window)` maps a window's uint8 pixel observations `(B, L, H, W, C)` to int32
+    ids `(B, L, grid * grid)`: each step's 4x4 code grid, flattened. `token_equality` compares all
+    components, so two steps match iff every code is equal (n-gram paper, sec. 2.3). The VQ
+    parameters are constants of the id function (pretrained, not trained with AD).
+    """
+
+    def ids(window) -> jax.Array:
+        obs = window.observations
+        if obs.ndim != 5 or obs.dtype != jnp.uint8:
+            raise ValueError(f"VQ n-gram ids need uint8 pixel windows (B, L, H, W, C), got "
+                             f"{obs.dtype}{obs.shape}")
+        codes = jax.lax.stop_gradient(model.apply({"params": params}, obs, method=VQVAE.codes))
+        return codes.reshape(codes.shape[:2] + (-1,))
+
+    return ids

@@ -1,0 +1,22 @@
+"""AD on Miniworld key-to-door (n-gram paper, sec. 4 / appendix B): reach the (unmarked) key
+cell (+1), then the door cell (+1, episode ends); random start; 100-step episodes.
+
+Paper scale (default): 2,000 training (key, door) pairs / 50 held-out (sec. 3.1), hidden 512,
+batch 1024, 10K updates, context 200 steps (2 episodes), 1 history of 40 episodes per pair.
+`quick`: see `common.quick_preset` (histories of 8 episodes of up to 100 steps).
+
+    icrl-jax train --config experiments/miniworld/ad_key_to_door.py:quick
+"""
+
+from experiments.miniworld.common import miniworld_config, quick_preset
+from icrl_jax.config import apply_preset
+
+PRESETS = {"quick": quick_preset(100, **{"train.batch_size": 8})}
+
+
+def get_config(preset: str = ""):
+    config = miniworld_config("ad_miniworld_key_to_door", "miniworld_key_to_door", 100)
+    config.data.num_train_tasks = 2000
+    config.data.num_test_tasks = 50
+    config.data.histories_per_task = 1
+    return apply_preset(config, PRESETS, preset)
