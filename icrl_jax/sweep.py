@@ -515,9 +515,11 @@ def plot_emp(curves: dict[str, dict[str, Any]], path: str, reference: float | No
 
 def compare_sweeps(workdirs: Sequence[str], out: str, labels: Sequence[str] | None = None,
                    score: str = "model_last_episode_return",
-                   near_optimal: float = 0.9) -> dict[str, Any]:
+                   near_optimal: float = 0.9,
+                   fractions: Sequence[float] = (0.25, 0.5, 0.75)) -> dict[str, Any]:
     """EMP of several sweeps in one plot (`emp_compare.png`) and `emp_compare.json`, with the
-    number of assignments each needs for an EMP of `near_optimal` x the source's final return."""
+    number of assignments each needs for an EMP of `near_optimal` x the source's final return
+    (and of each of `fractions` x it, in `assignments_to_fraction_of_source`; None: never)."""
     os.makedirs(out, exist_ok=True)
     labels = list(labels or [os.path.basename(os.path.normpath(w)) for w in workdirs])
     curves = {label: emp_of(w, score) for label, w in zip(labels, workdirs)}
@@ -531,6 +533,8 @@ def compare_sweeps(workdirs: Sequence[str], out: str, labels: Sequence[str] | No
         if source is not None:
             entry[f"assignments_to_{near_optimal:g}_source"] = M.assignments_to_reach(
                 emp["scores"], near_optimal * source)
+            entry["assignments_to_fraction_of_source"] = {
+                f"{f:g}": M.assignments_to_reach(emp["scores"], f * source) for f in fractions}
         summary["methods"][label] = entry
     plot_emp(curves, os.path.join(out, "emp_compare.png"),
              reference=None if score != "model_last_episode_return" else source)

@@ -134,6 +134,9 @@ def test_sweep_writes_results_and_resumes(tmp_path):
         S.run_sweep(config)
     summary = S.compare_sweeps([str(tmp_path / "sweep")] * 2, str(tmp_path / "cmp"), ["a", "b"])
     assert set(summary["methods"]) == {"a", "b"}
+    emp, source = S.emp_of(str(tmp_path / "sweep")), summary["source_last_episode_return"]
+    for f, n in summary["methods"]["a"]["assignments_to_fraction_of_source"].items():
+        assert n == M.assignments_to_reach(emp["scores"], float(f) * source)
     assert (tmp_path / "cmp" / "emp_compare.png").exists()
 
 
