@@ -83,7 +83,8 @@ def _run(argv: list[str]) -> None:
     command = commands[0]
     if config.get("runner"):  # an experiment with its own stages (host simulators: Miniworld)
         import importlib
-        return importlib.import_module(config.runner).run(config, command)
+        importlib.import_module(config.runner).run(config, command)
+        return None  # app.run exits with a returned value as the status
     if config.method in pipeline.DT_METHOD_NAMES and command in ("generate", "train", "evaluate"):
         pipeline.run_dt(config, command)
     elif command == "generate":

@@ -2,7 +2,8 @@
 cell (+1), then the door cell (+1, episode ends); random start; 100-step episodes.
 
 Paper scale (default): 2,000 training (key, door) pairs / 50 held-out (sec. 3.1), hidden 512,
-batch 1024, 10K updates, context 200 steps (2 episodes), 1 history of 40 episodes per pair.
+batch 1024, 10K updates, context 200 steps (2 episodes), 1 history of 10 episodes (1,000 steps) per pair: 2M frames,
+~25 GB (40-episode histories would be ~98 GB, more than a 64 GB disk).
 `quick`: see `common.quick_preset` (histories of 8 episodes of up to 100 steps).
 
     icrl-jax train --config experiments/miniworld/ad_key_to_door.py:quick
@@ -19,4 +20,5 @@ def get_config(preset: str = ""):
     config.data.num_train_tasks = 2000
     config.data.num_test_tasks = 50
     config.data.histories_per_task = 1
+    config.data.num_steps = 10 * 100
     return apply_preset(config, PRESETS, preset)

@@ -63,17 +63,21 @@ def oracle_source(config, num_steps: int) -> mw.NoisyOracle:
 
 
 def rollout_groups(config, tasks: np.ndarray, policies: dict[str, Any], num_steps: int, key,
-                   seed: int):
+                   seed: int, timings: dict[str, float] | None = None):
     """Yield (rows of `tasks`, {policy name: host_rollout output as numpy}) for pools of
     `env.num_workers` simulators. Every policy runs on the same pool from the same reset seed
     and key (a pool start costs seconds per worker); each pool is closed before the next starts.
+    `timings` (if given) accumulates "pool_start_seconds" and "rollout_seconds".
     """
+    timings = {} if timings is None else timings
     workers = int(config.env.num_workers)
     if workers < 1:
         raise ValueError(f"env.num_workers must be >= 1, got {workers}")
     for g, start in enumerate(range(0, len(tasks), workers)):
         rows = tasks[start:start + workers]
+        t0 = time.perf_counter()
         bridge = make_bridge(config, rows)
+        t1 = time.perf_counter()
         try:
             outs = {name: jax.device_get(host_rollout(bridge, policy, num_steps,
                                                       jax.random.fold_in(key, g),
@@ -81,6 +85,9 @@ def rollout_groups(config, tasks: np.ndarray, policies: dict[str, Any], num_step
                     for name, policy in policies.items()}
         finally:
             bridge.close()
+        timings["pool_start_seconds"] = timings.get("pool_start_seconds", 0.0) + t1 - t0
+        timings["rollout_seconds"] = (timings.get("rollout_seconds", 0.0)
+                                      + time.perf_counter() - t1)
         yield rows, outs
 
 
@@ -107,11 +114,12 @@ def generate(config, force: bool = False) -> PixelStore:
     source = oracle_source(config, num_steps)
     start = time.perf_counter()
     first, last = [], []
+    timings: dict[str, float] = {}
     bar = progress(total=len(tasks), desc=f"generate {len(tasks)} histories x {num_steps} steps",
                    disable=not config.run.progress)
     with PixelStoreWriter(path, OBS_SHAPE, (), chunk_steps=config.data.chunk_steps) as writer:
         for rows, outs in rollout_groups(config, tasks, {"source": source}, num_steps,
-                                         jax.random.PRNGKey(config.seed), config.seed):
+                                         jax.random.PRNGKey(config.seed), config.seed, timings):
             out = outs["source"]
             for i in range(len(rows)):
                 writer.add_history(out["observations"][i], out["actions"][i],
@@ -126,6 +134,7 @@ def generate(config, force: bool = False) -> PixelStore:
     stats = dict(env=config.env.name, histories=int(len(tasks)), steps_per_history=num_steps,
                  frames=int(frames), bytes_on_disk=_bytes_on_disk(path),
                  generation_seconds=seconds, frames_per_second=frames / seconds,
+                 **timings, rollout_frames_per_second=frames / timings["rollout_seconds"],
                  num_workers=int(config.env.num_workers),
                  first_episode_return=float(np.mean(first)), last_episode_return=float(np.mean(last)))
     with open(os.path.join(path, "dataset.json"), "w") as f:
@@ -224,8 +233,9 @@ def evaluate(config, params=None) -> dict[str, Any]:
     bar = progress(total=len(tasks), desc=f"evaluate {len(policies)} policies on {len(tasks)} "
                    f"envs x {num_steps} steps", disable=not config.run.progress)
     # Same key and simulator seeds for every policy: the same starts where actions agree.
+    timings: dict[str, float] = {}
     for rows, outs in rollout_groups(config, tasks, policies, num_steps, key,
-                                     10_000 + config.eval.seed):
+                                     10_000 + config.eval.seed, timings):
         for name, out in outs.items():
             rewards[name].append(out["rewards"])
             dones[name].append(out["dones"])
@@ -247,7 +257,7 @@ def evaluate(config, params=None) -> dict[str, Any]:
         results["source_last_episode_return"]))
     results["curves"] = {n: np.nanmean(c, 0).tolist() for n, c in curves.items()}
     results.update(num_envs=int(len(tasks)), num_steps=num_steps, tasks=config.eval.tasks,
-                   eval_seconds=time.perf_counter() - start,
+                   eval_seconds=time.perf_counter() - start, **timings,
                    plot=plot_curves(curves, os.path.join(config.workdir, "in_context_curves.png"),
                                     xlabel="in-context episode", ylabel="return",
                                     title=f"{config.experiment}: held-out tasks"))
