@@ -86,30 +86,33 @@ def make_loader_train_step(method, optimizer: optax.GradientTransformation, batc
                            steps_per_call: int, mesh: Mesh, unroll: int | bool = 1) -> Callable:
     """Build `train_steps(state, batches, seed_key) -> (state, metrics)`, jitted, for data that
     does not fit on device (pixel stores): `batches` is a pytree whose leaves have
-    `steps_per_call * batch_size` leading rows (one loader batch), scanned as `steps_per_call`
+    `steps_per_call * batch_size` leading rows (one loader batch), taken as `steps_per_call`
     optimiser steps of `batch_size` windows. Dropout keys are `fold_in(seed_key, step)` as in
-    `make_train_step`; `unroll` as there."""
+    `make_train_step`.
+
+    The steps are unrolled at trace time (a Python loop), never inside an XLA while loop:
+    XLA:CPU runs convolution gradients (pixel encoders) inside one some 20x slower than in
+    straight-line code, and `lax.scan(unroll=True)` still emits the loop (measured on the quick
+    ViZDoom M-SAT: 0.25 s per step straight-line, 5.7 s in a scan, 7.0 s in a fully unrolled
+    scan). Compile time grows with `steps_per_call`; keep it small. `unroll` is accepted for
+    symmetry with `make_train_step` and has no effect here."""
     num_devices = mesh.devices.size
     if batch_size % num_devices:
         raise ValueError(f"batch_size={batch_size} is not divisible by the {num_devices} devices")
     batch_sharding = NamedSharding(mesh, P("data"))
 
-    def one_step(carry, batch):
-        state, seed_key = carry
-        _, dropout_key = jax.random.split(jax.random.fold_in(seed_key, state.step))
-        batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
-        state, metrics = gradient_step(method, optimizer, state, batch, dropout_key)
-        return (state, seed_key), metrics
-
     chex.clear_trace_counter()
 
     @chex.assert_max_traces(n=1)
     def train_steps(state: TrainState, batches, seed_key: jax.Array):
-        per_step = jax.tree.map(
-            lambda x: x.reshape((steps_per_call, batch_size) + x.shape[1:]), batches)
-        (state, _), metrics = jax.lax.scan(one_step, (state, seed_key), per_step,
-                                           unroll=unroll)
-        return state, metrics
+        metrics = []
+        for i in range(steps_per_call):
+            batch = jax.tree.map(lambda x: x[i * batch_size:(i + 1) * batch_size], batches)
+            batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+            _, dropout_key = jax.random.split(jax.random.fold_in(seed_key, state.step))
+            state, step_metrics = gradient_step(method, optimizer, state, batch, dropout_key)
+            metrics.append(step_metrics)
+        return state, jax.tree.map(lambda *m: jnp.stack(m), *metrics)
 
     replicated = NamedSharding(mesh, P())
     return jax.jit(train_steps, out_shardings=(replicated, replicated), donate_argnums=0)

@@ -53,7 +53,7 @@ def quick_preset(scenario: str) -> dict:
         "model.attention_dropout": 0.0,
         "model.cnn_channels": (16, 32, 32), "model.obs_pool": 2,
         "train.num_steps": 1200, "train.batch_size": 16, "train.seq_len": 10 if mwh else 20,
-        "train.learning_rate": 1e-3, "train.warmup_steps": 100, "train.steps_per_call": 10,
+        "train.learning_rate": 1e-3, "train.warmup_steps": 100, "train.steps_per_call": 5,
         "train.log_every": 100, "train.checkpoint_every": 400,
         "eval.num_envs_per_task": 8, "eval.num_steps": 700 if mwh else 800,
         "eval.target_returns": (1.0,) if mwh else (2300.0,),
