@@ -50,6 +50,9 @@ def base_config() -> ml_collections.ConfigDict:
         seed=1,
         tasks="test",  # test | train: which split to evaluate on
         chunk_size=0,  # environments per jitted rollout call (0 = all at once)
+        # Variant scores average the last `final_window` steps (bandits: expected regret) or
+        # episodes (episodic tasks: return); 1 = the Headless-AD paper's scores.
+        final_window=1,
     ))
     config.run = ml_collections.ConfigDict(dict(
         generate=True,  # `train` also generates the dataset when it is missing

@@ -90,6 +90,31 @@ def context_policy_action(method, params, context: ContextState, observation: ja
     return context, action
 
 
+@flax.struct.dataclass
+class CachedContext:
+    """The key/value cache of one environment's whole rollout (incremental decoding).
+
+    Attributes:
+      cache: the method's cache (per-layer keys and values, batch 1).
+      step: int32 steps written so far.
+      last_action, last_reward: the previous step's action and reward (as in `ContextState`).
+    """
+
+    cache: Any
+    step: jax.Array
+    last_action: jax.Array
+    last_reward: jax.Array
+
+
+def _step_window(observation, last_action, last_reward, action_mask) -> StepWindows:
+    """One step as a `(1, 1)` window for `decode_logits`."""
+    return StepWindows(observations=observation[None, None],
+                       prev_actions=last_action.reshape(1, 1).astype(jnp.int32),
+                       prev_rewards=last_reward.reshape(1, 1).astype(jnp.float32),
+                       actions=jnp.zeros((1, 1), jnp.int32),
+                       action_mask=action_mask[None].astype(bool))
+
+
 @dataclasses.dataclass(frozen=True)
 class InContextPolicy:
     """Builds the trained model's in-context `Source` from its parameters.
@@ -102,8 +127,19 @@ class InContextPolicy:
     env: Any
     context_len: int
     greedy: bool
+    max_steps: int | None = None
+
+    @property
+    def cached(self) -> bool:
+        """Decode from a key/value cache: when the whole rollout fits in the context (so no
+        token is ever evicted and the result equals recomputing the window) and the method
+        can. Each step then costs one token instead of the whole window."""
+        return (hasattr(self.method, "decode_logits") and self.max_steps is not None
+                and self.max_steps <= self.context_len)
 
     def __call__(self, params) -> Source:
+        if self.cached:
+            return self._cached_source(params)
         method, env, greedy = self.method, self.env, self.greedy
 
         def init(key, env_params):
@@ -123,13 +159,50 @@ class InContextPolicy:
 
         return Source(init, act, update, name=f"{method.name}_in_context")
 
+    def _cached_source(self, params) -> Source:
+        method, env, greedy = self.method, self.env, self.greedy
 
-def in_context_source(method, params, env, context_len: int, greedy: bool) -> ParamSource:
+        def init(key, env_params):
+            del key
+            action_mask = env.action_mask(env_params)
+            cache = method.decode_init(params, action_mask[None], self.max_steps)
+            return CachedContext(cache, jnp.zeros((), jnp.int32),
+                                 jnp.asarray(action_mask.shape[-1], jnp.int32),
+                                 jnp.zeros((), jnp.float32))
+
+        def decode(context, obs, env_params):
+            mask = env.action_mask(env_params)
+            step = _step_window(obs, context.last_action, context.last_reward, mask)
+            logits, cache = method.decode_logits(params, context.cache, step, context.step)
+            return logits[0, 0], cache, mask
+
+        def act(key, context, obs, env_state, env_params):
+            del env_state
+            logits, _, mask = decode(context, obs, env_params)
+            _, action_key = jax.random.split(key)  # the keys `context_policy_action` uses
+            return select_actions(action_key, logits, mask, greedy)
+
+        def update(key, context, transition, env_params):
+            del key
+            # `act` could not keep its cache write (a source's act returns only the action),
+            # so the step is decoded again here: two one-token passes per step.
+            _, cache, _ = decode(context, transition.obs, env_params)
+            return CachedContext(cache, context.step + 1,
+                                 transition.action.astype(jnp.int32),
+                                 transition.reward.astype(jnp.float32))
+
+        return Source(init, act, update, name=f"{method.name}_in_context")
+
+
+def in_context_source(method, params, env, context_len: int, greedy: bool,
+                      max_steps: int | None = None) -> ParamSource:
     """The trained model as a source: its state is the sliding context of its own history.
 
     `act` scores the context with the new observation appended; `update` commits that observation
     with the action taken and the reward received, so the next token carries them. `params` is
-    opaque here and handed to `method.context_logits`.
+    opaque here and handed to `method.context_logits`. With `max_steps` (the rollout length)
+    no longer than `context_len`, methods that can decode incrementally do (see
+    `InContextPolicy.cached`).
     """
-    return ParamSource(InContextPolicy(method, env, context_len, bool(greedy)), params,
+    return ParamSource(InContextPolicy(method, env, context_len, bool(greedy), max_steps), params,
                        name=f"{method.name}_in_context")

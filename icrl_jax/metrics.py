@@ -32,6 +32,17 @@ def episode_returns_ragged(rewards, dones) -> list[np.ndarray]:
     return [row[: int(count)] for row, count in zip(returns, dones.sum(1))]
 
 
+def last_episodes(returns: np.ndarray, window: int) -> np.ndarray:
+    """Each row's last `window` complete episodes: returns `(N, E)` NaN-padded on the right
+    (episodes that end early give rows their own episode counts) -> `(N, window)`, NaN where a
+    row has fewer episodes."""
+    returns = np.asarray(returns, np.float64)
+    count = (~np.isnan(returns)).sum(1)
+    index = count[:, None] - window + np.arange(window)[None, :]
+    picked = np.take_along_axis(returns, np.clip(index, 0, returns.shape[1] - 1), axis=1)
+    return np.where(index >= 0, picked, np.nan)
+
+
 def cumulative_regret(optimal_rewards: jax.Array, chosen_rewards: jax.Array) -> jax.Array:
     """Expected (pseudo-)regret accumulated over steps: `(N, T)` -> `(N, T)`."""
     return jnp.cumsum(optimal_rewards - chosen_rewards, axis=1)

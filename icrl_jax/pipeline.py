@@ -112,14 +112,15 @@ def generate(config, force: bool = False) -> History:
 def build_method(config, env):
     from icrl_jax.methods.ad import AD
     from icrl_jax.methods.headless_ad import HeadlessAD, PermutedAD
-    if config.method == "headless_ad":
-        return HeadlessAD(config.model, env.num_observations)
-    if config.method == "ad_permuted":
-        return PermutedAD(config.model, env.num_actions, env.num_observations)
-    grid_size = getattr(env, "size", None) if config.model.grid_observations else None
-    if config.model.grid_observations and grid_size is None:
+    grid_observations = config.model.get("grid_observations", False)
+    grid_size = getattr(env, "size", None) if grid_observations else None
+    if grid_observations and grid_size is None:
         raise ValueError(f"model.grid_observations needs a grid-world env; {config.env.name} "
                          "has no grid size")
+    if config.method == "headless_ad":
+        return HeadlessAD(config.model, env.num_observations, grid_size)
+    if config.method == "ad_permuted":
+        return PermutedAD(config.model, env.num_actions, env.num_observations, grid_size)
     return AD(config.model, env.num_actions, env.num_observations, grid_size)
 
 
@@ -192,7 +193,8 @@ def evaluate(config, params=None) -> dict[str, Any]:
     num_steps = config.eval.num_steps
     key = jax.random.PRNGKey(config.eval.seed)
     policies = {
-        "model": in_context_source(method, params, env, config.train.seq_len, config.eval.greedy),
+        "model": in_context_source(method, params, env, config.train.seq_len, config.eval.greedy,
+                                   max_steps=config.eval.num_steps),
         f"source ({config.data.source})": build_source(config.data.source, env, num_steps,
                                                        config.data.source_kwargs.to_dict()),
         "random": S.uniform_random(),
@@ -245,10 +247,9 @@ def summarise(env, rollouts: dict[str, tuple[History, dict]], config) -> dict[st
             # Episodes that end early (Key-to-Door) give each history its own episode count:
             # score each history's own last episode, and plot episode indices that at least
             # half of the histories reached.
-            count = np.maximum((~np.isnan(returns)).sum(1), 1)
             results[f"{short}_first_episode_return"] = float(np.nanmean(returns[:, 0]))
             results[f"{short}_last_episode_return"] = float(np.nanmean(
-                returns[np.arange(len(returns)), count - 1]))
+                M.last_episodes(returns, 1)))
             curve = returns[:, (~np.isnan(returns)).mean(0) >= 0.5]
         curves[name] = curve
     score_key = "final_regret" if bandit else "last_episode_return"
@@ -303,7 +304,8 @@ def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
     if config.method == "headless_ad":  # one embedding map for the whole run
         params = method.eval_params(params, model_key, env.num_actions)
     num_steps = config.eval.num_steps
-    model = in_context_source(method, params, env, config.train.seq_len, config.eval.greedy)
+    model = in_context_source(method, params, env, config.train.seq_len, config.eval.greedy,
+                              max_steps=num_steps)
     if isinstance(model, S.ParamSource):  # one variant = one compile anyway: a plain Source
         model = model.build(model.params)
     policies = {
@@ -324,19 +326,26 @@ def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
         result[f"{name}_arms_used"] = float(actions_used(history.actions,
                                                          history.action_mask).mean())
         if bandit:
-            regret = np.asarray(M.cumulative_regret(info["optimal_expected_reward"],
-                                                    info["expected_reward"]))
+            step_regret = np.asarray(info["optimal_expected_reward"] - info["expected_reward"])
+            regret = np.cumsum(step_regret, axis=1)
             result[f"{name}_final_regret"] = float(regret[:, -1].mean())
+            result[f"{name}_final_step_regret"] = float(
+                step_regret[:, -int(config.eval.final_window):].mean())
             curves[name] = regret.mean(0)
         else:
             returns = np.asarray(M.episode_returns(history.rewards, history.dones, num_steps))
             returns = returns[:, ~np.isnan(returns).all(0)]
-            # Episodes end early on success, so each rollout's last episode is at its own index.
-            last = np.maximum((~np.isnan(returns)).sum(1) - 1, 0)
-            result[f"{name}_success"] = float(np.nanmean(returns[np.arange(len(last)), last]))
+            result[f"{name}_success"] = float(np.nanmean(
+                M.last_episodes(returns, int(config.eval.final_window))))
             curves[name] = np.nanmean(returns, 0)
     if bandit:
+        # The paper's score (its `norm_regret`): the expected regret of the last step(s), i.e.
+        # how good the policy is once it has learned in context; the cumulative-regret version,
+        # which also charges for exploration, is kept next to it.
         result["score"] = float(M.normalised_score(
+            result["model_final_step_regret"], result["random_final_step_regret"],
+            result["source_final_step_regret"]))
+        result["cumulative_score"] = float(M.normalised_score(
             result["model_final_regret"], result["random_final_regret"],
             result["source_final_regret"]))
     else:

@@ -240,3 +240,47 @@ def test_pipeline_builds_headless_ad_and_report_writes_table(tmp_path):
     assert "| AD | - | - | 0.90 | 10.00 |" in table
     for key in ("bandit_regret", "darkroom_success"):
         assert open(written[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("prompt,position", [(True, "rotary"), (False, "learned")])
+def test_cached_decoding_equals_the_full_forward_pass(prompt, position):
+    """Step-by-step decoding from a key/value cache (prompt written once) gives the logits of
+    the whole sequence at once, with padded actions and either position encoding."""
+    method = HeadlessAD(tiny_config(prompt=prompt, position=position), num_observations=1)
+    window = random_window(seed=5)
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), window),
+                                jax.random.PRNGKey(2), A)
+    full = method.context_logits(params, window, None)
+    cache = method.decode_init(params, window.action_mask, L)
+    pieces = []
+    for start, stop in [(0, 1), (1, 5), (5, L)]:  # one step, then blocks of steps
+        step = jax.tree.map(lambda x: x[:, start:stop] if x.ndim > 1 and x.shape[1] == L else x,
+                            window)
+        logits, cache = method.decode_logits(params, cache, step, jnp.int32(start))
+        pieces.append(logits)
+    available = np.asarray(window.action_mask)[:, None, :]
+    np.testing.assert_allclose(np.where(available, np.concatenate(pieces, 1), 0),
+                               np.where(available, full, 0), atol=1e-5)
+
+
+def test_cached_rollout_takes_the_actions_of_the_recomputed_window():
+    """A bandit rollout that fits in the context: the cached in-context policy and the one that
+    recomputes the window every step choose the same arms."""
+    from envs.bandits import BernoulliBandit
+    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.evaluate import in_context_source
+
+    env = BernoulliBandit(arms=5, max_arms=A, seed=0)
+    method = HeadlessAD(tiny_config(), num_observations=1)
+    window = random_window()
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), window),
+                                jax.random.PRNGKey(2), A)
+    task_params = env.task_params(np.arange(4))
+    actions = {}
+    for max_steps in (None, L):
+        policy = in_context_source(method, params, env, L, greedy=False, max_steps=max_steps)
+        assert policy.build.cached == (max_steps is not None)
+        history = generate_histories(env, policy, task_params, L, jax.random.PRNGKey(7))
+        actions[max_steps] = np.asarray(history.actions)
+    np.testing.assert_array_equal(actions[None], actions[L])
+    assert len(np.unique(actions[L])) > 1  # sampled, not a constant policy

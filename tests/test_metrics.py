@@ -22,3 +22,13 @@ def test_cumulative_regret_and_normalised_score():
     assert M.normalised_score(10.0, 30.0, 10.0) == 1.0
     assert M.normalised_score(30.0, 30.0, 10.0) == 0.0
     assert M.normalised_score(20.0, 30.0, 10.0) == 0.5
+
+
+def test_last_episodes_takes_each_rows_own_tail():
+    nan = np.nan
+    returns = np.array([[1.0, 2.0, 3.0, nan],   # 3 episodes
+                        [4.0, nan, nan, nan],   # 1 episode (a long one)
+                        [5.0, 6.0, 7.0, 8.0]])  # 4 episodes
+    np.testing.assert_array_equal(M.last_episodes(returns, 1)[:, 0], [3.0, 4.0, 8.0])
+    np.testing.assert_array_equal(M.last_episodes(returns, 2),
+                                  [[2.0, 3.0], [nan, 4.0], [7.0, 8.0]])

@@ -6,15 +6,11 @@ Preset `permuted` / `quick_permuted`: AD trained on randomly permuted action set
 Same data as `darkroom.py`.
 """
 
-from experiments.headless_ad.common import quick_preset
+from experiments.headless_ad.common import darkroom_quick_preset
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.pipeline import add_report_fields, darkroom_variants
 
-QUICK = quick_preset(100, **{
-    "data.histories_per_task": 4,
-    "data.num_steps": 2000,
-    "eval.num_steps": 400,
-})
+QUICK = darkroom_quick_preset()
 PERMUTED = {"method": "ad_permuted", "report.label": "AD (permuted training)"}
 PRESETS = {"quick": QUICK, "permuted": PERMUTED, "quick_permuted": dict(QUICK, **PERMUTED)}
 

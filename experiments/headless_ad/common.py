@@ -23,3 +23,26 @@ def ablation_presets(quick, tuned):
     presets.update({f"quick_{name}": dict(quick, **switch)
                     for name, switch in ABLATION_SWITCHES.items()})
     return presets
+
+
+def darkroom_quick_preset(**extra):
+    """`quick` for the composite Dark Room, shared by Headless-AD and its AD baselines.
+
+    A 2-core CPU cannot learn an improvement operator from Q-learning histories (the paper's
+    source), so, as `experiments/ad/darkroom.py:quick` does, it distils a noisy oracle whose
+    epsilon decays from 1 to 0 over the first 80% of each 600-step history (noise distillation),
+    and cells get (row, column) features. Scores average each rollout's last 3 episodes over
+    2 rollouts per goal, which the 0/1 success of single episodes needs to be readable.
+    """
+    return quick_preset(100, **{
+        "data.source": "noisy_oracle",
+        "data.source_kwargs": {"decay_fraction": 0.8},
+        "data.histories_per_task": 4,
+        "data.num_steps": 600,
+        "model.grid_observations": True,
+        "eval.num_steps": 600,
+        "eval.num_envs_per_task": 2,
+        "eval.final_window": 3,
+        "eval.chunk_size": 0,
+        **extra,
+    })

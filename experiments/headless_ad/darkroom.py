@@ -9,17 +9,14 @@ Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `q
 `:quick` fits a 2-core CPU.
 """
 
-from experiments.headless_ad.common import ablation_presets, quick_preset
+from experiments.headless_ad.common import ablation_presets, darkroom_quick_preset
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.methods.headless_ad import add_headless_fields
 from icrl_jax.pipeline import add_report_fields, darkroom_variants
 
-QUICK = quick_preset(100, **{
-    "data.histories_per_task": 4,
-    "data.num_steps": 2000,  # 100 episodes of 20 steps
+QUICK = darkroom_quick_preset(**{
     "model.action_embed_dim": 128,  # >= 125 actions for orthonormal embeddings
     "model.tau": 1.0,
-    "eval.num_steps": 400,  # 20 in-context episodes
 })
 # Tables 5-7, darkroom column.
 NO_PROMPT = {"model.prompt": False, "model.tau": 8.5, "train.learning_rate": 3.5e-4,

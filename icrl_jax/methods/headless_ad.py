@@ -104,22 +104,33 @@ class HeadlessADModel(nn.Module):
     action_embed_dim: int
     prompt: bool
     backbone: Transformer
+    grid_size: int | None = None  # see `ADStepTokens`
 
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, action_embeddings, action_mask,
-                 deterministic: bool = True):
+                 deterministic: bool = True, cache: list | None = None,
+                 step_index: jax.Array | None = None):
         """Args:
           observations: int `(B, L)` or float `(B, L, *obs_shape)`.
           prev_actions: int `(B, L)` (ids >= A: no previous action).
           prev_rewards: float `(B, L)`.
           action_embeddings: float `(A, E)`, shared by the batch.
           action_mask: bool `(B, A)`.
+          cache: incremental decoding (the backbone's `init_cache` with A + max steps slots):
+            with `step_index` None, the steps are ignored and the prompt is written to slots
+            [0, A); otherwise the L steps are steps `step_index + [0, L)` of the sequence,
+            written after the prompt.
         Returns:
-          predicted embeddings `(B, L, E)`.
+          predicted embeddings `(B, L, E)`; with a cache, `(embeddings, cache)`, or only the
+          cache when writing the prompt.
         """
+        if cache is not None:
+            return self._decode(observations, prev_actions, prev_rewards, action_embeddings,
+                                action_mask, cache, step_index)
         batch, length = prev_actions.shape
         # ADStepTokens takes float previous-action inputs through a linear map: num_actions unused.
-        tokens = ADStepTokens(self.d_model, 1, self.num_observations, name="tokens")(
+        tokens = ADStepTokens(self.d_model, 1, self.num_observations, self.grid_size,
+                              name="tokens")(
             observations, embed_actions(prev_actions, action_embeddings), prev_rewards)
         if self.prompt:
             num_actions = action_embeddings.shape[0]
@@ -135,6 +146,37 @@ class HeadlessADModel(nn.Module):
             hidden = self.backbone(tokens, deterministic=deterministic)
         return nn.Dense(self.action_embed_dim, name="predicted_embedding")(hidden)
 
+    def _decode(self, observations, prev_actions, prev_rewards, action_embeddings, action_mask,
+                cache, step_index):
+        """The full forward pass split into cached pieces (same parameters, same outputs)."""
+        num_prompt = action_embeddings.shape[0] if self.prompt else 0
+        slots = cache[0][0].shape[1]
+        slot = jnp.arange(slots)
+        prompt_keys = (slot[None, :] < num_prompt) & jnp.pad(
+            action_mask, ((0, 0), (0, slots - action_mask.shape[1])))[:, :slots]
+        if step_index is None:  # write the prompt: a set attending to itself
+            if not self.prompt:
+                return cache
+            prompt = nn.Dense(self.d_model, name="prompt")(action_embeddings)
+            prompt = jnp.broadcast_to(prompt[None], (action_mask.shape[0],) + prompt.shape)
+            mask = jnp.broadcast_to(prompt_keys[:, None, None, :],
+                                    (action_mask.shape[0], 1, num_prompt, slots))
+            _, cache = self.backbone(prompt, attention_mask=mask, cache=cache,
+                                     cache_index=jnp.int32(0),
+                                     positions=jnp.zeros(num_prompt, jnp.int32))
+            return cache
+        length = prev_actions.shape[1]
+        tokens = ADStepTokens(self.d_model, 1, self.num_observations, self.grid_size,
+                              name="tokens")(
+            observations, embed_actions(prev_actions, action_embeddings), prev_rewards)
+        positions = step_index + jnp.arange(length, dtype=jnp.int32)
+        step_keys = ((slot[None, :] >= num_prompt)
+                     & (slot[None, :] <= num_prompt + positions[:, None]))  # (L, S) causal
+        mask = prompt_keys[:, None, None, :] | step_keys[None, None]
+        hidden, cache = self.backbone(tokens, attention_mask=mask, positions=positions,
+                                      cache=cache, cache_index=num_prompt + step_index)
+        return nn.Dense(self.action_embed_dim, name="predicted_embedding")(hidden), cache
+
 
 class HeadlessAD:
     """The Headless-AD method: model, per-step random embeddings, loss and policy logits.
@@ -143,11 +185,14 @@ class HeadlessAD:
       model_config: transformer fields of `default_transformer_config()`, `d_model`, and the
         Headless-AD fields of `default_headless_config()`.
       num_observations: number of discrete observation ids, or None for float vectors.
+      grid_size: side of the grid whose cells the observation ids are (adds row/column
+        features, as in AD), or None.
     """
 
     name = "headless_ad"
 
-    def __init__(self, model_config: ml_collections.ConfigDict, num_observations: int | None):
+    def __init__(self, model_config: ml_collections.ConfigDict, num_observations: int | None,
+                 grid_size: int | None = None):
         self.config = model_config
         if model_config.loss not in LOSSES:
             raise ValueError(f"unknown loss {model_config.loss!r}; valid: {LOSSES}")
@@ -160,7 +205,7 @@ class HeadlessAD:
         self.embed_dim = int(model_config.action_embed_dim)
         self.model = HeadlessADModel(num_observations, model_config.d_model, self.embed_dim,
                                      bool(model_config.prompt),
-                                     Transformer.from_config(model_config))
+                                     Transformer.from_config(model_config), grid_size)
 
     def action_embeddings(self, key: jax.Array, num_actions: int) -> jax.Array:
         """One random embedding map `(num_actions, E)` (a training step or an evaluation run)."""
@@ -217,6 +262,40 @@ class HeadlessAD:
         distance = jnp.square(predicted[:, :, None, :] - embeddings[None, None]).sum(-1)
         return jnp.argmin(jnp.where(action_mask[:, None, :], distance, jnp.inf), -1)
 
+    def _split_eval_params(self, params, num_actions: int):
+        if isinstance(params, dict) and "action_embeddings" in params:
+            return params["model"], params["action_embeddings"]
+        return params, self.action_embeddings(
+            jax.random.PRNGKey(int(self.config.eval_embedding_seed)), num_actions)
+
+    def decode_init(self, params, action_mask: jax.Array, max_steps: int) -> list:
+        """Key/value cache for a rollout of up to `max_steps` steps, with the action-set prompt
+        already written. action_mask: bool `(B, A)`."""
+        model_params, embeddings = self._split_eval_params(params, action_mask.shape[-1])
+        slots = (action_mask.shape[-1] if self.model.prompt else 0) + int(max_steps)
+        cache = self.model.backbone.init_cache(action_mask.shape[0], slots, self.config.d_model)
+        return self.model.apply({"params": model_params}, None, None, None, embeddings,
+                                action_mask, cache=cache)
+
+    def decode_logits(self, params, cache: list, step: StepWindows,
+                      step_index: jax.Array) -> tuple[jax.Array, list]:
+        """Policy logits `(B, L, A)` of steps `step_index + [0, L)` given the cache of the earlier
+        ones (and the prompt); equal to `context_logits` on the whole sequence. Returns the
+        cache with these steps written."""
+        num_actions = step.action_mask.shape[-1]
+        model_params, embeddings = self._split_eval_params(params, num_actions)
+        predicted, cache = self.model.apply(
+            {"params": model_params}, step.observations, step.prev_actions, step.prev_rewards,
+            embeddings, step.action_mask, cache=cache, step_index=step_index)
+        return self._policy_logits(predicted, embeddings, step.action_mask), cache
+
+    def _policy_logits(self, predicted, embeddings, action_mask):
+        if self.loss_kind == "mse":
+            nearest = self._nearest(predicted, embeddings, action_mask)
+            return jnp.where(jax.nn.one_hot(nearest, embeddings.shape[0], dtype=bool), 0.0,
+                             MASKED_LOGIT)
+        return self.similarity_logits(predicted, embeddings)
+
     def context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
         """Policy logits `(B, L, A)` for every position of an evaluation context.
 
@@ -226,18 +305,9 @@ class HeadlessAD:
         With the MSE loss the policy is the nearest neighbour: all logits but its are masked.
         """
         del key
-        num_actions = context.action_mask.shape[-1]
-        if isinstance(params, dict) and "action_embeddings" in params:
-            model_params, embeddings = params["model"], params["action_embeddings"]
-        else:
-            model_params = params
-            embeddings = self.action_embeddings(
-                jax.random.PRNGKey(int(self.config.eval_embedding_seed)), num_actions)
+        model_params, embeddings = self._split_eval_params(params, context.action_mask.shape[-1])
         predicted = self.predict(model_params, context, embeddings)
-        if self.loss_kind == "mse":
-            nearest = self._nearest(predicted, embeddings, context.action_mask)
-            return jnp.where(jax.nn.one_hot(nearest, num_actions, dtype=bool), 0.0, MASKED_LOGIT)
-        return self.similarity_logits(predicted, embeddings)
+        return self._policy_logits(predicted, embeddings, context.action_mask)
 
 
 def permute_action_ids(key: jax.Array, batch: StepWindows) -> StepWindows:

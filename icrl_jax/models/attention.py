@@ -41,13 +41,21 @@ class MultiHeadAttention(nn.Module):
     normalize_qk: bool = False
 
     @nn.compact
-    def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False):
+    def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
+                 kv_cache: tuple[jax.Array, jax.Array] | None = None,
+                 cache_index: jax.Array | None = None):
         """Args:
           x: `(B, T, D)`.
-          mask: bool `(B or 1, 1, T, T)`, True where a query may attend to a key.
+          mask: bool `(B or 1, 1, T, T)`, True where a query may attend to a key; with a cache,
+            `(B or 1, 1, T, S)` over the S cache slots.
           positions: int `(T,)` positions for rotary embeddings.
+          kv_cache: optional (keys, values), each `(B, S, H, Dh)` (incremental decoding): the
+            keys and values of `x` are written at slots `[cache_index, cache_index + T)` and the
+            queries attend to all S slots (the mask says which are valid).
+          cache_index: int32 `()` first slot written.
         Returns:
-          `(B, T, D)`, and `(B, H, T, T)` attention weights when `return_weights`.
+          `(B, T, D)`, and `(B, H, T, T or S)` attention weights when `return_weights`; with a
+          cache, also the updated cache (last).
         """
         d_model = x.shape[-1]
         if d_model % self.num_heads:
@@ -60,6 +68,11 @@ class MultiHeadAttention(nn.Module):
             k = nn.LayerNorm(name="k_norm")(k)
         if self.rotary:
             q, k = rotary_embedding(q, positions), rotary_embedding(k, positions)
+        if kv_cache is not None:
+            k_cache, v_cache = kv_cache
+            start = (0, cache_index, 0, 0)
+            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
+            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
 
         explicit = return_weights or (self.dropout_rate > 0.0 and not deterministic)
         weights = None
@@ -75,4 +88,7 @@ class MultiHeadAttention(nn.Module):
             out = jax.nn.dot_product_attention(q, k, v, mask=jnp.broadcast_to(
                 mask, (x.shape[0],) + mask.shape[1:]))
         out = nn.DenseGeneral(d_model, axis=(-2, -1), name="out")(out)
-        return (out, weights) if return_weights else out
+        outputs = (out, weights) if return_weights else (out,)
+        if kv_cache is not None:
+            outputs = outputs + ((k, v),)
+        return outputs if len(outputs) > 1 else out

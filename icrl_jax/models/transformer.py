@@ -72,7 +72,9 @@ class Block(nn.Module):
     normalize_qk: bool
 
     @nn.compact
-    def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False):
+    def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
+                 kv_cache=None, cache_index=None):
+        """Returns (x, attention weights or None, updated kv cache or None)."""
         attention = MultiHeadAttention(self.num_heads, self.attention_dropout, self.rotary,
                                        self.normalize_qk, name="attention")
         dropout = Dropout(self.residual_dropout)
@@ -81,7 +83,11 @@ class Block(nn.Module):
                             name="mlp")
 
         h = norm1(x) if self.pre_norm else x
-        attended = attention(h, mask, positions, deterministic, return_weights)
+        attended = attention(h, mask, positions, deterministic, return_weights, kv_cache,
+                             cache_index)
+        if kv_cache is not None:
+            *attended, kv_cache = attended
+            attended = tuple(attended) if return_weights else attended[0]
         attended, weights = attended if return_weights else (attended, None)
         x = x + dropout(attended, deterministic=deterministic)
         if not self.pre_norm:
@@ -90,7 +96,7 @@ class Block(nn.Module):
         x = x + dropout(mlp(h), deterministic=deterministic)
         if not self.pre_norm:
             x = norm2(x)
-        return x, weights
+        return x, weights, kv_cache
 
 
 class Transformer(nn.Module):
@@ -129,7 +135,8 @@ class Transformer(nn.Module):
     def __call__(self, x: jax.Array, padding_mask: jax.Array | None = None,
                  deterministic: bool = True, return_attention: bool = False,
                  attention_mask: jax.Array | None = None, positions: jax.Array | None = None,
-                 ngram_ids: jax.Array | None = None):
+                 ngram_ids: jax.Array | None = None, cache: list | None = None,
+                 cache_index: jax.Array | None = None):
         """Args:
           x: `(B, T, D)` token embeddings.
           padding_mask: optional bool `(B, T)`, False for padding tokens (never attended to).
@@ -140,9 +147,14 @@ class Transformer(nn.Module):
             interchangeable (a set) share one id.
           ngram_ids: int `(B, T)` or `(B, T, K)` step ids for the n-gram layers (see
             `models/ngram.py`); required when `ngram_positions` is non-empty, ignored otherwise.
+          cache: incremental decoding (see `init_cache`): per-layer (keys, values) `(B, S, H, Dh)`
+            holding earlier tokens; `x` holds the new tokens, written at slots
+            `[cache_index, cache_index + T)`; `attention_mask` `(B or 1, 1, T, S)` and `positions`
+            are then required. Exact: a token's keys and values never change once written.
+          cache_index: int32 `()`, the first slot of the new tokens.
         Returns:
           `(B, T, D)` hidden states, plus a list of per-layer `(B, H, T, T)` attention weights
-          when `return_attention`.
+          when `return_attention`, plus the updated cache when `cache` is given.
         """
         if self.position not in POSITION_KINDS:
             raise ValueError(f"position must be one of {POSITION_KINDS}, got {self.position!r}")
@@ -156,6 +168,12 @@ class Transformer(nn.Module):
             x = x + jnp.take(table, positions, axis=0).astype(x.dtype)
         x = Dropout(self.embedding_dropout)(x, deterministic=deterministic)
 
+        if cache is not None:
+            if attention_mask is None or positions is None:
+                raise ValueError("decoding with a cache needs attention_mask and positions")
+            if self.ngram_positions:
+                raise ValueError("n-gram layers match over the whole context; they cannot "
+                                 "decode from a key/value cache")
         if attention_mask is not None:
             mask = attention_mask
         else:
@@ -183,17 +201,29 @@ class Transformer(nn.Module):
                     x, ngram_attention, Dropout(self.residual_dropout), deterministic)
             return x
 
-        attention_maps = []
+        attention_maps, new_cache = [], []
         x = ngram_layers(x, 0)
         for i in range(self.num_layers):
-            x, weights = Block(self.num_heads, self.mlp_ratio, self.pre_norm, self.residual_dropout,
-                               self.attention_dropout, self.position == "rotary", self.normalize_qk,
-                               name=f"block_{i}")(x, mask, positions, deterministic, return_attention)
+            x, weights, layer_cache = Block(
+                self.num_heads, self.mlp_ratio, self.pre_norm, self.residual_dropout,
+                self.attention_dropout, self.position == "rotary", self.normalize_qk,
+                name=f"block_{i}")(x, mask, positions, deterministic, return_attention,
+                                   None if cache is None else cache[i], cache_index)
             attention_maps.append(weights)
+            new_cache.append(layer_cache)
             x = ngram_layers(x, i + 1)
         if self.pre_norm:
             x = nn.LayerNorm(name="final_norm")(x)
-        return (x, attention_maps) if return_attention else x
+        outputs = (x, attention_maps) if return_attention else (x,)
+        if cache is not None:
+            outputs = outputs + (new_cache,)
+        return outputs if len(outputs) > 1 else x
+
+    def init_cache(self, batch: int, slots: int, d_model: int, dtype=jnp.float32) -> list:
+        """An empty key/value cache: per layer (keys, values), each `(batch, slots, H, Dh)`."""
+        shape = (batch, slots, self.num_heads, d_model // self.num_heads)
+        return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+                for _ in range(self.num_layers)]
 
 
 def count_params(params) -> int:
