@@ -13,6 +13,8 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
                          histories of 40 episodes, a tiny model, 2000 updates, 10 assignments of the
                          shape-preserving hyperparameters (Table 2 ranges) and subsample 4 or 8
                          (every 4th/8th episode: 10 or 5 per history; one vmapped program each).
+  `quick_narrow[_ad]`    the same data, subsample 4, 3000 updates, 8 assignments from the better part
+                         of the ranges (learning rate 1e-3..1e-2, dropouts <= 0.3/0.2, smoothing <= 0.2).
 """
 
 from icrl_jax.config import apply_preset
@@ -43,11 +45,26 @@ def quick_space(ngram: bool) -> dict:
     return space
 
 
+#: `quick_narrow`: the quick search confined to the better part of Table 2's ranges (the
+#: upper decade of learning rates, light regularisation), subsample 4, 3000 updates, 8 assignments.
+NARROW_SPACE = nested_space({
+    "train.learning_rate": dict(log_uniform=(1e-3, 1e-2)),
+    "train.weight_decay": dict(log_uniform=(1e-7, 2e-2)),
+    "model.embedding_dropout": dict(uniform=(0.0, 0.3)),
+    "model.residual_dropout": dict(uniform=(0.0, 0.2)),
+    "model.label_smoothing": dict(uniform=(0.0, 0.2)),
+})
+QUICK_NARROW = dict(QUICK, **{"data.subsample": 4, "train.num_steps": 3000,
+                              "sweep.num_assignments": 8, "sweep.space": NARROW_SPACE})
+
+
 def presets() -> dict:
     out = {
         "ad": dict(AD_BASELINE),
         "quick": dict(QUICK, **{"sweep.space": quick_space(True)}),
         "quick_ad": dict(QUICK, **{"model.ngram_positions": (), "sweep.space": quick_space(False)}),
+        "quick_narrow": dict(QUICK_NARROW),
+        "quick_narrow_ad": dict(QUICK_NARROW, **{"model.ngram_positions": ()}),
     }
     for goals in (10, 20, 40, 60):
         setting = {"data.num_train_tasks": goals, "data.num_test_tasks": 80 - goals,
