@@ -19,6 +19,10 @@ rasterised from the map's blocking lines (or the nearest enemy ahead in Deadly C
 `expert_policy` steers to it with action noise (a `HostPolicy`).
 
 Importing datasets recorded elsewhere: see `save_episodes` / `load_episodes` (format below).
+Decision Transformer datasets: `record_expert_dataset` runs the expert (per-env action noise)
+through `host_rollout` and writes complete episodes into a pixel store, one history per episode
+(`icrl_jax.data.pixel_trajectories`); `import_episodes_to_store` converts the episode format.
+`episode_stats` scores rollouts (return, success) without favouring short episodes.
 """
 
 from __future__ import annotations
@@ -437,6 +441,7 @@ def episode_stats(rewards: np.ndarray, dones: np.ndarray, terminated: np.ndarray
                 break
             ret = float(r[start:end + 1].sum())
             returns.append(ret)
-            successes.append(ret > DC_SUCCESS_RETURN if scenario == "deadly_corridor" else bool(te[end]))
+            successes.append(ret > DC_SUCCESS_RETURN if scenario == "deadly_corridor"
+                             else bool(te[end]))
             start = end + 1
     return np.array(returns, np.float32), np.array(successes, bool)

@@ -1,4 +1,4 @@
-"""mat on ViZDoom my way home; see `vizdoom.py` for the presets (`:quick`, default = paper scale)."""
+"""mat on ViZDoom My Way Home; presets (:quick, paper default) in vizdoom.py."""
 
 from experiments.dt.vizdoom import make_config
 

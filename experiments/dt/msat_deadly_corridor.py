@@ -1,4 +1,4 @@
-"""msat on ViZDoom deadly corridor; see `vizdoom.py` for the presets (`:quick`, default = paper scale)."""
+"""msat on ViZDoom Deadly Corridor; presets (:quick, paper default) in vizdoom.py."""
 
 from experiments.dt.vizdoom import make_config
 

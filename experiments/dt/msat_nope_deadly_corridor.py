@@ -1,4 +1,4 @@
-"""msat_nope on ViZDoom deadly corridor; see `vizdoom.py` for the presets (`:quick`, default = paper scale)."""
+"""msat_nope on ViZDoom Deadly Corridor; presets (:quick, paper default) in vizdoom.py."""
 
 from experiments.dt.vizdoom import make_config
 

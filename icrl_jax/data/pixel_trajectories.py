@@ -49,7 +49,8 @@ class PixelTrajectoryStore(PixelStore):
         # Suffix sums within each episode: total of the episode minus the rewards before t.
         before = np.cumsum(rewards) - rewards
         totals = np.add.reduceat(rewards, starts)
-        self.returns_to_go = (totals[episode] - (before - before[starts][episode])).astype(np.float32)
+        self.returns_to_go = (totals[episode]
+                              - (before - before[starts][episode])).astype(np.float32)
         self.episode_returns = totals.astype(np.float32)
         self.episode_lengths = lengths
         self._chunk_offsets = np.r_[0, np.cumsum(self.meta["chunks"])]

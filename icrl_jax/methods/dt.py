@@ -22,9 +22,10 @@ timestep added to every token of the step, as in the DT paper), "position" (the 
 Returns-to-go enter divided by `model.rtg_scale`. Padding steps are masked out of attention and
 of the loss.
 
-Pixel states: uint8 image observations `(B, L, H, W, C)` are embedded by `models.encoders.CNNEncoder`
-(`model.cnn_channels`, `model.cnn_kernel`) after an optional integer average-pool `model.obs_pool`
-(a cheap downscale for CPU runs); ids and float vectors keep `ObservationEmbedding`.
+Pixel states: uint8 image observations `(B, L, H, W, C)` are embedded by
+`models.encoders.CNNEncoder` (`model.cnn_channels`, `model.cnn_kernel`) after an optional
+integer average-pool `model.obs_pool` (a cheap downscale for CPU runs); ids and float vectors
+keep `ObservationEmbedding`.
 """
 
 from __future__ import annotations

@@ -169,7 +169,8 @@ def last_context(out: dict[str, np.ndarray], env: int, context_len: int, target:
     return Trajectories(
         observations=left_pad(np.asarray(out["observations"][env, lo:last])),
         actions=left_pad(np.asarray(out["actions"][env, lo:last], np.int32)),
-        rewards=left_pad(rewards[lo:last]), returns_to_go=left_pad(rtg[lo - first:].astype(np.float32)),
+        rewards=left_pad(rewards[lo:last]),
+        returns_to_go=left_pad(rtg[lo - first:].astype(np.float32)),
         timesteps=left_pad(np.arange(lo - first, last - first, dtype=np.int32)),
         mask=left_pad(np.ones(n, bool)))
 
