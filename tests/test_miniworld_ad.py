@@ -81,12 +81,13 @@ def test_ad_with_cnn_encoder_shapes_and_rejects_discrete_ids():
 
 def _train(method, store, workdir, stop_at=None):
     config = T.default_train_config()
-    config.update(dict(num_steps=30, batch_size=8, seq_len=12, steps_per_call=10, learning_rate=3e-3,
+    # 2 steps per call: the loader step is unrolled at trace time, so compile time grows with it
+    config.update(dict(num_steps=30, batch_size=8, seq_len=12, steps_per_call=2, learning_rate=3e-3,
                        warmup_steps=5, log_every=10, checkpoint_every=30))
     config.lock()
 
     def loader_fn(start):
-        return StepWindowsLoader(store, NUM_ACTIONS, 8, 12, 10, start, seed=3)
+        return StepWindowsLoader(store, NUM_ACTIONS, 8, 12, 2, start, seed=3)
 
     return T.train(method, example_step_windows(store, NUM_ACTIONS, 12), config, str(workdir),
                    {"method": "ad", "test": "pixels"}, seed=0, show_progress=False,
