@@ -22,15 +22,15 @@ import argparse
 import json
 import os
 import platform
-import re
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from results import write_section  # benchmarks/results.py (this script's directory)
+
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 SECTION = "## Environment steps per second"
 ENV_NAMES = ["gymnax:BernoulliBandit-misc", "bernoulli_bandit", "contextual_bandit", "darkroom",
              "darkroom_composite", "key_to_door"]
@@ -164,17 +164,6 @@ def render(rows: list[dict], argv: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str) -> None:
-    """Replace (or append) only our section of RESULTS.md, leaving other sections alone."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(old):
-        new = pattern.sub(lambda m: text + "\n", old, count=1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    RESULTS.write_text(new)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="10x fewer steps, N up to 4096")
@@ -204,7 +193,7 @@ def main() -> None:
     text = render(rows, sys.argv[1:])
     print(text)
     if not args.no_write:
-        write_section(text)
+        write_section(SECTION, text)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,13 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import re
 import resource
 import subprocess
 import sys
 import time
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
+from results import write_section  # benchmarks/results.py (this script's directory)
+
 SECTION = "## Learning-history generation"
 #: Tasks per jitted call: 10k tasks at once fall out of cache (measured 7.5 s vs ~5 s for TS and
 #: 33 s vs ~10 s for Q-learning on this CPU), so the benchmark generates in chunks of 1000.
@@ -136,14 +136,6 @@ def _spawn(name, n, repeats):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _write_section(text):
-    old = open(RESULTS).read() if os.path.exists(RESULTS) else "# Benchmark results\n"
-    pattern = re.compile(re.escape(SECTION) + r".*?(?=^## |\Z)", re.S | re.M)
-    new = pattern.sub(lambda _: text, old) if pattern.search(old) else old.rstrip() + "\n\n" + text
-    with open(RESULTS, "w") as f:
-        f.write(new)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -240,7 +232,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        _write_section(text)
+        write_section(SECTION, text)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import time
 import jax
 import numpy as np
 
+from results import write_section  # benchmarks/results.py (this script's directory)
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from icrl_jax.data.dataset import to_step_windows  # noqa: E402
@@ -128,18 +130,7 @@ def main():
     ])
     print(section)
     if args.write:
-        write_section(section, "## Training throughput (AD transformer)")
-
-
-def write_section(section: str, heading: str) -> None:
-    """Replace (or append) one `## ` section of benchmarks/RESULTS.md."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
-    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n\n"
-    parts = text.split("\n## ")
-    kept = [p for p in parts[1:] if not ("## " + p).startswith(heading)]
-    text = parts[0].rstrip() + "\n\n" + "".join("## " + p.rstrip() + "\n\n" for p in kept)
-    with open(path, "w") as f:
-        f.write(text + section)
+        write_section("## Training throughput (AD transformer)", section)
 
 
 if __name__ == "__main__":

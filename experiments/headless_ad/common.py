@@ -44,5 +44,8 @@ def darkroom_quick_preset(**extra):
         "eval.num_envs_per_task": 2,
         "eval.final_window": 3,
         "eval.chunk_size": 0,
+        # Sampled actions for AD too: from an empty context, argmax repeats one action forever
+        # (a behaviour no noisy-oracle history contains); the paper's AD uses the mode.
+        "eval.greedy": False,
         **extra,
     })

@@ -1,0 +1,22 @@
+"""Shared by the benchmarks: each owns one `## ` section of benchmarks/RESULTS.md."""
+
+from __future__ import annotations
+
+import os
+import re
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
+
+
+def write_section(heading: str, text: str, path: str = RESULTS) -> None:
+    """Replace the section that starts with `heading` (a `## ` line) by `text`, which starts
+    with that heading, or append it; every other section is left as it is."""
+    old = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = text.rstrip("\n") + "\n"
+    if pattern.search(old):
+        new = pattern.sub(lambda _: text + "\n", old, count=1)
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    with open(path, "w") as f:
+        f.write(new.rstrip("\n") + "\n")
