@@ -8,8 +8,8 @@ The stages reuse the on-device pipeline's parts: `icrl_jax.train.train` (its jit
 checkpoints and resume; windows come from the `PrefetchLoader` through one host callback per
 step), `icrl_jax.methods.ad.AD` with `model.observation_encoder="cnn"`, and the in-context
 policy of `icrl_jax.evaluate` run by `host_rollout` (a `lax.scan`, one batched callback per step).
-Entry points: `icrl-jax generate|train|evaluate --config experiments/miniworld/<exp>.py[:quick]`
-or `python -m experiments.miniworld.pipeline train --config ...`.
+Entry point: `icrl-jax generate|train|evaluate --config experiments/miniworld/<exp>.py[:quick]`
+(the CLI hands configs with `runner` set to this module's `run`).
 """
 
 from __future__ import annotations
@@ -215,6 +215,8 @@ def evaluate(config, params=None) -> dict[str, Any]:
     method = build_method(config)
     if params is None:
         params = load_params(config, method)
+    if config.eval.tasks not in ("test", "train"):
+        raise ValueError(f"eval.tasks must be 'test' or 'train', got {config.eval.tasks!r}")
     _, test_tasks = task_sets(config)
     tasks = test_tasks if config.eval.tasks == "test" else task_sets(config)[0][:len(test_tasks)]
     tasks = np.repeat(tasks, config.eval.num_envs_per_task, axis=0)
@@ -282,19 +284,3 @@ def run(config, command: str):
         return evaluate(config)
     raise ValueError(f"command {command!r} is not available for {config.experiment!r} "
                      "(generate | train | evaluate)")
-
-
-def main(argv):
-    from icrl_jax import pipeline
-    if len(argv) != 2:
-        raise SystemExit("usage: python -m experiments.miniworld.pipeline "
-                         "generate|train|evaluate --config FILE[:preset]")
-    run(pipeline.resolve_config(_CONFIG.value), argv[1])
-
-
-if __name__ == "__main__":
-    from absl import app
-    from ml_collections import config_flags
-
-    _CONFIG = config_flags.DEFINE_config_file("config", None, "Miniworld experiment config.")
-    app.run(main)

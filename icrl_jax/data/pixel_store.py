@@ -12,6 +12,9 @@ Layout of a store directory (version 1):
   chunk_{k:05d}.dones.npy   bool (T_k,)
   chunk_{k:05d}.history.npy int32 (T_k,)  id of the learning history each step belongs to
 A sampled window never crosses a chunk or a history boundary.
+
+`StepWindowsLoader` turns sampled windows into AD `StepWindows` (with each window's previous
+action and reward) for `icrl_jax.train.train(loader_fn=...)`.
 """
 
 from __future__ import annotations
