@@ -5,7 +5,9 @@ sliding context and action rule as the on-device `InContextPolicy` (icrl_jax/eva
 over the worker pool, so a rollout is `host_rollout`'s one jitted `lax.scan` with one batched
 callback per step. The bridge hands the policy the previous step's reward with the new
 observation, so each step first commits the previous (action, reward) and then pushes the
-observation and acts.
+observation and acts. A method with a pixel encoder (`caches_encoded_context`) keeps encoder
+features in the context, so each frame goes through the CNN once rather than at each of the L
+steps it spends in the window.
 """
 
 from __future__ import annotations
@@ -38,11 +40,20 @@ class InContextHostPolicy:
         self.method, self.params, self.context_len = method, params, int(context_len)
         self.num_actions, self.greedy = int(num_actions), bool(greedy)
         self.observation = jax.ShapeDtypeStruct(tuple(observation_shape), observation_dtype)
+        # Methods with a pixel encoder keep features in the context: each frame is encoded
+        # once when it arrives instead of at all L steps it spends in the window.
+        self.cached = bool(getattr(method, "caches_encoded_context", False))
+        self.token = self.observation
+        if self.cached:
+            self.token = jax.eval_shape(method.encode_observations, params,
+                                        jnp.zeros((1,) + self.observation.shape,
+                                                  self.observation.dtype))
+            self.token = jax.ShapeDtypeStruct(self.token.shape[1:], self.token.dtype)
+        self._scorer = _EncodedScorer(method) if self.cached else method
 
     def init(self, key: jax.Array, num_envs: int):
         del key
-        one = empty_context(self.context_len, jnp.zeros(self.observation.shape,
-                                                        self.observation.dtype),
+        one = empty_context(self.context_len, jnp.zeros(self.token.shape, self.token.dtype),
                             jnp.ones(self.num_actions, bool))
         batched = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs,) + x.shape), one)
         return batched, jnp.zeros(num_envs, jnp.int32)
@@ -53,12 +64,24 @@ class InContextHostPolicy:
             raise ValueError(f"observations {step.obs.shape[1:]} differ from the policy's "
                              f"{self.observation.shape}")
         started = step.t > 0
+        obs = (self.method.encode_observations(self.params, step.obs) if self.cached
+               else step.obs)
 
         def one(context, obs, reward, last_action, k):
             committed = record_outcome(context, last_action, reward)
             context = jax.tree.map(lambda a, b: jnp.where(started, a, b), committed, context)
-            return context_policy_action(self.method, self.params, context, obs, k, self.greedy)
+            return context_policy_action(self._scorer, self.params, context, obs, k, self.greedy)
 
         keys = jax.random.split(key, step.obs.shape[0])
-        contexts, actions = jax.vmap(one)(contexts, step.obs, step.reward, last_actions, keys)
+        contexts, actions = jax.vmap(one)(contexts, obs, step.reward, last_actions, keys)
         return actions, (contexts, actions)
+
+
+class _EncodedScorer:
+    """A method seen through its `encoded_context_logits` (contexts of encoder features)."""
+
+    def __init__(self, method):
+        self.method = method
+
+    def context_logits(self, params, context, key):
+        return self.method.encoded_context_logits(params, context, key)

@@ -134,6 +134,9 @@ def test_in_context_host_policy_acts_on_its_own_sliding_history():
                           jnp.zeros((1, length), jnp.int32), jnp.ones((1, 3), bool))
     params = jax.jit(method.init)(jax.random.key(1), example)
     policy = InContextHostPolicy(method, params, length, NUM_ACTIONS, (8, 8, 3), greedy=True)
+    assert policy.cached  # the context keeps encoder features (16 per frame), not pixels
+    assert policy.init(jax.random.key(0), num_envs)[0].window.observations.shape == (
+        num_envs, 1, length, 16)
     act = jax.jit(policy.act)
     logits_fn = jax.jit(method.context_logits)
     state = policy.init(jax.random.key(0), num_envs)
@@ -183,6 +186,8 @@ def test_vq_codes_are_ngram_ids():
     method = AD(tiny_model_config(ngram_positions=(1,), ngram_match="vq_test"), NUM_ACTIONS, None)
     model_params = jax.jit(method.init)(jax.random.key(0), window)
     assert jax.jit(method.context_logits)(model_params, window, None).shape == (1, 7, NUM_ACTIONS)
+    # ids come from the pixels, so in-context rollouts keep pixels in the context
+    assert not InContextHostPolicy(method, model_params, 7, NUM_ACTIONS, (16, 16, 3)).cached
     with pytest.raises(ValueError, match="uint8 pixel windows"):
         get_ngram_ids("vq_test")(window.replace(observations=jnp.zeros((1, 7), jnp.int32)))
 

@@ -27,14 +27,20 @@ class ADModel(nn.Module):
     #: Pixel observations `(B, L, H, W, C)` -> features `(B, L, E)`, trained end to end.
     obs_encoder: nn.Module | None = None
 
+    def encode(self, observations):
+        """Pixel observations `(..., H, W, C)` -> encoder features `(..., E)`."""
+        return self.obs_encoder(observations)
+
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, deterministic: bool = True,
-                 return_attention: bool = False, ngram_ids: jax.Array | None = None):
+                 return_attention: bool = False, ngram_ids: jax.Array | None = None,
+                 encoded: bool = False):
         """Returns logits `(B, L, A)` (unmasked), plus attention maps when asked.
 
         `ngram_ids`: int `(B, L[, K])` step ids for the backbone's n-gram layers, if it has any.
+        `encoded`: the observations are already `encode`d features `(B, L, E)`.
         """
-        if self.obs_encoder is not None:
+        if self.obs_encoder is not None and not encoded:
             if observations.ndim != 5:
                 raise ValueError(f"the pixel observation encoder needs (B, L, H, W, C) "
                                  f"observations, got shape {observations.shape}")
@@ -115,6 +121,25 @@ class AD:
         masked = jnp.where(mask, logits, -jnp.inf)
         accuracy = (jnp.argmax(masked, -1) == batch.actions).mean()
         return loss, {"loss": loss, "accuracy": accuracy}
+
+    @property
+    def caches_encoded_context(self) -> bool:
+        """In-context rollouts may keep encoder features instead of pixels in the context
+        (each frame is encoded once, not once per step it stays in the window); not with
+        n-gram layers, whose ids may be computed from the pixels."""
+        return self.model.obs_encoder is not None and self.ngram_ids is None
+
+    def encode_observations(self, params, observations: jax.Array) -> jax.Array:
+        """uint8 `(..., H, W, C)` -> encoder features float32 `(..., E)`."""
+        return self.model.apply({"params": params}, observations, method=ADModel.encode)
+
+    def encoded_context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
+        """`context_logits` for a context whose observations are encoder features `(E, L, F)`."""
+        del key
+        if not self.caches_encoded_context:
+            raise ValueError("encoded contexts need a pixel encoder and no n-gram layers")
+        return self.model.apply({"params": params}, context.observations, context.prev_actions,
+                                context.prev_rewards, deterministic=True, encoded=True)
 
     def context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
         """Logits `(E, L, A)` for every position of an evaluation context (no dropout)."""
