@@ -495,6 +495,7 @@ def plot_emp(curves: dict[str, dict[str, Any]], path: str, reference: float | No
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for label, emp in curves.items():
@@ -505,6 +506,10 @@ def plot_emp(curves: dict[str, dict[str, Any]], path: str, reference: float | No
     if reference is not None:
         ax.axhline(reference, color="k", ls="--", lw=1, label="source (final episode)")
     ax.set_xscale("log")
+    longest = max(len(emp["emp_mean"]) for emp in curves.values())
+    ax.set_xticks([n for n in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if n <= longest])
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("hyperparameter assignments")
     ax.set_ylabel(f"expected max {next(iter(curves.values()))['score']}")
     ax.legend(fontsize=8)
