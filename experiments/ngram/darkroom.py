@@ -15,6 +15,11 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
                          (every 4th/8th episode: 10 or 5 per history; one vmapped program each).
   `quick_narrow[_ad]`    the same data, subsample 4, 3000 updates, 8 assignments from the better part
                          of the ranges (learning rate 1e-3..1e-2, dropouts <= 0.3/0.2, smoothing <= 0.2).
+
+Measured on a shared 2-core CPU (held-out goals, last of 10 in-context episodes; random 0.35,
+Q-learning source 12.05, optimal 46.6): EMP at 10 assignments (`quick`) n-gram 2.08 +- 0.35 vs
+AD 1.36 +- 0.21; at 8 (`quick_narrow`) 2.51 +- 0.54 vs 1.93 +- 0.31. Neither reaches 25% of the
+source at these budgets, so they do not test the paper's near-optimal claim.
 """
 
 from icrl_jax.config import apply_preset
