@@ -116,7 +116,7 @@ def test_msat_pixel_training_from_loader_lowers_loss(store_dir, tmp_path):
     store = PixelTrajectoryStore(store_dir)
     method = MSAT(model_config(), DIMS, K)
     config = T.default_train_config()
-    config.update(num_steps=60, batch_size=8, seq_len=K, steps_per_call=10, learning_rate=3e-3,
+    config.update(num_steps=60, batch_size=8, seq_len=K, steps_per_call=5, learning_rate=3e-3,
                   warmup_steps=5, log_every=10, checkpoint_every=30)
     example = jax.tree.map(jnp.asarray, store.sample(np.random.default_rng(0), 1, K))
 
