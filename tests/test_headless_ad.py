@@ -71,9 +71,10 @@ def test_orthonormal_embeddings_need_enough_dimensions_and_normal_ablation_is_no
     assert np.abs(gram - np.diag(np.diag(gram))).max() > 0.05
 
 
-@pytest.mark.parametrize("prompt", [True, False])
-def test_action_probabilities_are_invariant_to_action_set_order(prompt):
-    method = HeadlessAD(tiny_config(prompt=prompt), num_observations=1)
+@pytest.mark.parametrize("prompt,gated", [(True, False), (False, True)])
+def test_action_probabilities_are_invariant_to_action_set_order(prompt, gated):
+    method = HeadlessAD(tiny_config(prompt=prompt, reward_gated_actions=gated),
+                        num_observations=1)
     window = random_window()
     params = method.init(jax.random.PRNGKey(1), window)
     embeddings = sample_action_embeddings(jax.random.PRNGKey(2), A, E)
@@ -242,11 +243,14 @@ def test_pipeline_builds_headless_ad_and_report_writes_table(tmp_path):
         assert open(written[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("prompt,position", [(True, "rotary"), (False, "learned")])
-def test_cached_decoding_equals_the_full_forward_pass(prompt, position):
+@pytest.mark.parametrize("prompt,position,gated", [(True, "rotary", False),
+                                                   (False, "learned", True)])
+def test_cached_decoding_equals_the_full_forward_pass(prompt, position, gated):
     """Step-by-step decoding from a key/value cache (prompt written once) gives the logits of
-    the whole sequence at once, with padded actions and either position encoding."""
-    method = HeadlessAD(tiny_config(prompt=prompt, position=position), num_observations=1)
+    the whole sequence at once, with padded actions, either position encoding, and with or
+    without reward-gated action inputs."""
+    method = HeadlessAD(tiny_config(prompt=prompt, position=position,
+                                    reward_gated_actions=gated), num_observations=1)
     window = random_window(seed=5)
     params = method.eval_params(method.init(jax.random.PRNGKey(1), window),
                                 jax.random.PRNGKey(2), A)

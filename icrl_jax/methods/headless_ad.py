@@ -39,7 +39,7 @@ LOSSES = ("infonce", "mse")
 def default_headless_config() -> dict:
     """Headless-AD fields to add to a `model` config (values: the paper's Bernoulli bandit)."""
     return dict(action_embed_dim=64, tau=1.34, loss="infonce", prompt=True,
-                embeddings="orthonormal", eval_embedding_seed=0)
+                embeddings="orthonormal", eval_embedding_seed=0, reward_gated_actions=False)
 
 
 def add_headless_fields(config: ml_collections.ConfigDict, **overrides) -> None:
@@ -105,6 +105,16 @@ class HeadlessADModel(nn.Module):
     prompt: bool
     backbone: Transformer
     grid_size: int | None = None  # see `ADStepTokens`
+    # Also feed r_{t-1} * e(a_{t-1}): a token-wise product that lets one attention head sum
+    # rewards per action (a linear token map of [e(a), r] cannot); not in the paper.
+    reward_gated_actions: bool = False
+
+    def _action_inputs(self, prev_actions, prev_rewards, action_embeddings):
+        """Previous-action inputs of the step tokens, `(B, L, E)` or `(B, L, 2E)`."""
+        embedded = embed_actions(prev_actions, action_embeddings)
+        if not self.reward_gated_actions:
+            return embedded
+        return jnp.concatenate([embedded, prev_rewards[..., None] * embedded], axis=-1)
 
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, action_embeddings, action_mask,
@@ -131,7 +141,8 @@ class HeadlessADModel(nn.Module):
         # ADStepTokens takes float previous-action inputs through a linear map: num_actions unused.
         tokens = ADStepTokens(self.d_model, 1, self.num_observations, self.grid_size,
                               name="tokens")(
-            observations, embed_actions(prev_actions, action_embeddings), prev_rewards)
+            observations, self._action_inputs(prev_actions, prev_rewards, action_embeddings),
+            prev_rewards)
         if self.prompt:
             num_actions = action_embeddings.shape[0]
             prompt = nn.Dense(self.d_model, name="prompt")(action_embeddings)  # (A, D)
@@ -168,7 +179,8 @@ class HeadlessADModel(nn.Module):
         length = prev_actions.shape[1]
         tokens = ADStepTokens(self.d_model, 1, self.num_observations, self.grid_size,
                               name="tokens")(
-            observations, embed_actions(prev_actions, action_embeddings), prev_rewards)
+            observations, self._action_inputs(prev_actions, prev_rewards, action_embeddings),
+            prev_rewards)
         positions = step_index + jnp.arange(length, dtype=jnp.int32)
         step_keys = ((slot[None, :] >= num_prompt)
                      & (slot[None, :] <= num_prompt + positions[:, None]))  # (L, S) causal
@@ -205,7 +217,8 @@ class HeadlessAD:
         self.embed_dim = int(model_config.action_embed_dim)
         self.model = HeadlessADModel(num_observations, model_config.d_model, self.embed_dim,
                                      bool(model_config.prompt),
-                                     Transformer.from_config(model_config), grid_size)
+                                     Transformer.from_config(model_config), grid_size,
+                                     bool(model_config.get("reward_gated_actions", False)))
 
     def action_embeddings(self, key: jax.Array, num_actions: int) -> jax.Array:
         """One random embedding map `(num_actions, E)` (a training step or an evaluation run)."""
