@@ -215,6 +215,12 @@ def evaluate(config, params=None) -> dict[str, Any]:
     results = summarise(env, rollouts, config)
     results.update(num_envs=int(len(ids)), num_steps=num_steps, eval_seconds=seconds,
                    tasks=config.eval.tasks)
+    return write_eval_results(config, results)
+
+
+def write_eval_results(config, results: dict[str, Any]) -> dict[str, Any]:
+    """Store an evaluation: `eval.json`, its float metrics in the run's metric logs (at the
+    final training step), and a printout of its scalars. Returns `results`."""
     with open(os.path.join(config.workdir, "eval.json"), "w") as f:
         json.dump(results, f, indent=1)
     logger = MetricsLogger(config.workdir, "eval")
@@ -224,6 +230,14 @@ def evaluate(config, params=None) -> dict[str, Any]:
     print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (list, dict))},
                      indent=1))
     return results
+
+
+def run_stage(command: str, stages: dict[str, Any], what: str):
+    """The CLI's `generate | train | evaluate` for a pipeline: call `stages[command]()`."""
+    if command not in stages:
+        raise ValueError(f"command {command!r} is not available for {what} "
+                         f"({' | '.join(stages)})")
+    return stages[command]()
 
 
 def summarise(env, rollouts: dict[str, tuple[History, dict]], config) -> dict[str, Any]:
@@ -563,14 +577,7 @@ def evaluate_dt(config, params=None) -> dict[str, Any]:
     results["attention_html"] = write_attention_html(os.path.join(directory, "attention.html"),
                                                      maps, labels, title)
     results["attention_png"] = save_attention_pngs(directory, maps, labels)
-    with open(os.path.join(config.workdir, "eval.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    logger = MetricsLogger(config.workdir, "eval")
-    logger.write(int(config.train.num_steps), {k: v for k, v in results.items()
-                                               if isinstance(v, float)})
-    logger.close()
-    print(json.dumps(results, indent=1))
-    return results
+    return write_eval_results(config, results)
 
 
 def run_dt(config, command: str):
@@ -578,10 +585,7 @@ def run_dt(config, command: str):
     if config.env.name in HOST_DT_ENVS:  # pixel datasets from a host simulator
         from icrl_jax.methods import dt_host
         return dt_host.run(config, command)
-    if command == "generate":
-        return generate(config, force=True)
-    if command == "train":
-        return train_dt(config)
-    if command == "evaluate":
-        return evaluate_dt(config)
-    raise ValueError(f"command {command!r} is not available for method {config.method!r}")
+    return run_stage(command, {"generate": lambda: generate(config, force=True),
+                               "train": lambda: train_dt(config),
+                               "evaluate": lambda: evaluate_dt(config)},
+                     f"method {config.method!r}")

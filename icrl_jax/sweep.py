@@ -39,7 +39,7 @@ from icrl_jax import metrics as M
 from icrl_jax.config import finalize, set_dotted
 from icrl_jax.data.dataset import (StepWindows, check_dataset, sample_windows,
                                    subsample_episodes, to_step_windows)
-from icrl_jax.train import TrainState, make_optimizer
+from icrl_jax.train import TrainState, gradient_step, make_optimizer
 
 #: Hyperparameters that never change a shape: traced, hence shared by one program and vmapped.
 VMAPPED = ("train.learning_rate", "train.weight_decay", "model.embedding_dropout",
@@ -209,12 +209,7 @@ def make_replica_trainer(config, env, vmapped: bool):
         method, optimizer = replica_method(config, env, hyper), replica_optimizer(config, hyper)
         sample_key, dropout_key = jax.random.split(jax.random.fold_in(key, state.step))
         batch = sample_windows(data, sample_key, tc.batch_size, tc.seq_len)
-        (_, metrics), grads = jax.value_and_grad(method.loss, has_aux=True)(
-            state.params, batch, dropout_key)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
-        return TrainState(state.step + 1, params, opt_state), metrics
+        return gradient_step(method, optimizer, state, batch, dropout_key)
 
     if vmapped:
         init_one = jax.vmap(init_one, in_axes=(0, 0, None))

@@ -30,7 +30,8 @@ from envs.host.bridge import RandomPolicy, host_rollout
 from icrl_jax import metrics as M
 from icrl_jax.data.pixel_store import (PixelStore, PixelStoreWriter, StepWindowsLoader,
                                        example_step_windows)
-from icrl_jax.logging_utils import MetricsLogger, progress
+from icrl_jax.logging_utils import progress
+from icrl_jax.pipeline import run_stage, write_eval_results
 from icrl_jax.plots import plot_curves
 
 NUM_ACTIONS = 3
@@ -263,24 +264,12 @@ def evaluate(config, params=None) -> dict[str, Any]:
                    plot=plot_curves(curves, os.path.join(config.workdir, "in_context_curves.png"),
                                     xlabel="in-context episode", ylabel="return",
                                     title=f"{config.experiment}: held-out tasks"))
-    with open(os.path.join(config.workdir, "eval.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    logger = MetricsLogger(config.workdir, "eval")
-    logger.write(int(config.train.num_steps), {k: v for k, v in results.items()
-                                               if isinstance(v, float)})
-    logger.close()
-    print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (list, dict))},
-                     indent=1))
-    return results
+    return write_eval_results(config, results)
 
 
 def run(config, command: str):
     """The CLI's generate | train | evaluate for a Miniworld config (`config.runner`)."""
-    if command == "generate":
-        return generate(config, force=True)
-    if command == "train":
-        return train(config)
-    if command == "evaluate":
-        return evaluate(config)
-    raise ValueError(f"command {command!r} is not available for {config.experiment!r} "
-                     "(generate | train | evaluate)")
+    return run_stage(command, {"generate": lambda: generate(config, force=True),
+                               "train": lambda: train(config),
+                               "evaluate": lambda: evaluate(config)},
+                     repr(config.experiment))

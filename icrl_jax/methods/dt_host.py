@@ -181,7 +181,7 @@ def evaluate(config, params=None) -> dict[str, Any]:
     from envs.host.bridge import host_rollout
     from icrl_jax.analysis.attention_maps import (context_attention, save_attention_pngs,
                                                   write_attention_html)
-    from icrl_jax.logging_utils import MetricsLogger
+    from icrl_jax.pipeline import write_eval_results
     from icrl_jax.methods.dt_rollout import DTHostPolicy
 
     scenario = scenario_of(config)
@@ -235,22 +235,13 @@ def evaluate(config, params=None) -> dict[str, Any]:
     results["attention_html"] = write_attention_html(os.path.join(directory, "attention.html"),
                                                      maps, labels, title)
     results["attention_png"] = save_attention_pngs(directory, maps, labels)
-    with open(os.path.join(config.workdir, "eval.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    logger = MetricsLogger(config.workdir, "eval")
-    logger.write(int(config.train.num_steps), {k: v for k, v in results.items()
-                                               if isinstance(v, float)})
-    logger.close()
-    print(json.dumps(results, indent=1))
-    return results
+    return write_eval_results(config, results)
 
 
 def run(config, command: str):
     """`icrl-jax generate | train | evaluate` for DT methods on a host simulator."""
-    if command == "generate":
-        return generate(config, force=True)
-    if command == "train":
-        return train(config)
-    if command == "evaluate":
-        return evaluate(config)
-    raise ValueError(f"command {command!r} is not available for method {config.method!r}")
+    from icrl_jax.pipeline import run_stage
+    return run_stage(command, {"generate": lambda: generate(config, force=True),
+                               "train": lambda: train(config),
+                               "evaluate": lambda: evaluate(config)},
+                     f"method {config.method!r}")
