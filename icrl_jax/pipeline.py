@@ -537,8 +537,7 @@ def load_dt_params(config, env, method):
 def evaluate_dt(config, params=None) -> dict[str, Any]:
     """Return-conditioned rollouts for each `eval.target_returns`, next to the dataset's returns,
     the expert's and a random policy's; writes eval.json and attention maps (HTML + PNG)."""
-    from icrl_jax.analysis.attention_maps import (rollout_attention, save_attention_pngs,
-                                                  write_attention_html)
+    from icrl_jax.analysis.attention_maps import rollout_attention, write_attention
     from icrl_jax.data.trajectories import noisy_expert
     from icrl_jax.methods.dt_rollout import episode_returns, make_rollout
 
@@ -572,11 +571,8 @@ def evaluate_dt(config, params=None) -> dict[str, Any]:
     # Attention of one greedy rollout on the first evaluation task, at the highest target.
     maps, labels = rollout_attention(method, params, env, env.task_params(int(ids[0])),
                                      float(max(config.eval.target_returns)), key)
-    directory = os.path.join(config.workdir, "attention")
-    title = f"{config.experiment} ({config.method}) task {int(ids[0])}"
-    results["attention_html"] = write_attention_html(os.path.join(directory, "attention.html"),
-                                                     maps, labels, title)
-    results["attention_png"] = save_attention_pngs(directory, maps, labels)
+    results.update(write_attention(config.workdir, maps, labels,
+                                   f"{config.experiment} ({config.method}) task {int(ids[0])}"))
     return write_eval_results(config, results)
 
 

@@ -3,13 +3,10 @@
 from icrl_jax.config import base_config, cpu_preset
 
 
-def grid_config(experiment: str, env_name: str):
-    """Paper-scale layout: Q-learning histories of 200 episodes of 50 steps, hidden 512, batch
-    1024, 10K updates, context 200 steps (4 episodes), 40 in-context evaluation episodes.
-
-    The paper searches the Q-learning rates, dropouts and learning rate (Table 2); the values here
-    are one point of that search.
-    """
+def q_learning_grid_config(experiment: str, env_name: str):
+    """The n-gram paper's grid-world layout, shared by AD and the n-gram sweeps: Q-learning
+    histories of 200 episodes of 50 steps, hidden 512 (4 blocks, 8 heads), batch 1024, 10K
+    updates, context 200 steps (4 episodes), 40 in-context evaluation episodes."""
     config = base_config()
     config.experiment = experiment
     config.env.name = env_name
@@ -17,13 +14,20 @@ def grid_config(experiment: str, env_name: str):
     config.data.source_kwargs.lr = 0.3
     config.data.source_kwargs.discount = 0.9
     config.data.source_kwargs.decay_fraction = 0.5
-    config.data.num_steps = 10_000
-    config.model.update(dict(d_model=512, num_layers=4, num_heads=8, label_smoothing=0.1,
-                             embedding_dropout=0.1, residual_dropout=0.1))
-    config.train.update(dict(num_steps=10_000, batch_size=1024, seq_len=200, learning_rate=3e-4,
-                             warmup_steps=500, steps_per_call=100, log_every=100,
-                             checkpoint_every=1000))
-    config.eval.num_steps = 2000
+    config.data.num_steps = 10_000  # 200 episodes of 50 steps
+    config.model.update(dict(d_model=512, num_layers=4, num_heads=8))
+    config.train.update(dict(num_steps=10_000, batch_size=1024, seq_len=200, warmup_steps=500,
+                             steps_per_call=100, log_every=100, checkpoint_every=1000))
+    config.eval.num_steps = 2000  # 40 in-context episodes
+    return config
+
+
+def grid_config(experiment: str, env_name: str):
+    """AD at paper scale (`q_learning_grid_config`). The paper searches the Q-learning rates,
+    dropouts and learning rate (Table 2); the values here are one point of that search."""
+    config = q_learning_grid_config(experiment, env_name)
+    config.model.update(dict(label_smoothing=0.1, embedding_dropout=0.1, residual_dropout=0.1))
+    config.train.learning_rate = 3e-4
     return config
 
 

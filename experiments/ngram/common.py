@@ -2,7 +2,7 @@
 and the `quick` preset (a small model, a 100-step context of two episodes, a short random search
 whose assignments train as vmapped replicas)."""
 
-from icrl_jax.config import base_config
+from experiments.ad.grid_common import q_learning_grid_config
 
 
 def grid_sweep_config(experiment: str, env_name: str, *, num_train_tasks: int,
@@ -10,22 +10,11 @@ def grid_sweep_config(experiment: str, env_name: str, *, num_train_tasks: int,
     """Q-learning histories of 200 episodes x 50 steps, hidden 512, batch 1024, 10K updates,
     context 200, 40 in-context evaluation episodes; the caller adds n-gram layers and the
     search space."""
-    config = base_config()
-    config.experiment = experiment
-    config.env.name = env_name
-    config.data.source = "q_learning"
-    config.data.source_kwargs.lr = 0.3
-    config.data.source_kwargs.discount = 0.9
-    config.data.source_kwargs.decay_fraction = 0.5
+    config = q_learning_grid_config(experiment, env_name)
     config.data.num_train_tasks = num_train_tasks
     config.data.num_test_tasks = num_test_tasks
     config.data.histories_per_task = histories_per_task
-    config.data.num_steps = 10_000  # 200 episodes of 50 steps
-    config.model.update(dict(d_model=512, num_layers=4, num_heads=8, max_len=200,
-                             ngram_match="transition"))
-    config.train.update(dict(num_steps=10_000, batch_size=1024, seq_len=200, warmup_steps=500,
-                             steps_per_call=100, log_every=100, checkpoint_every=1000))
-    config.eval.num_steps = 2000  # 40 in-context episodes
+    config.model.update(dict(max_len=200, ngram_match="transition"))
     config.eval.num_envs_per_task = envs_per_task
     return config
 

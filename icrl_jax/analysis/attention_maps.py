@@ -161,3 +161,12 @@ def save_attention_pngs(directory: str, maps: np.ndarray, labels: list[str],
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def write_attention(workdir: str, maps: np.ndarray, labels: list[str], title: str) -> dict:
+    """The HTML page and the PNGs of a run's attention under `workdir/attention/`; returns
+    their paths as eval results (`attention_html`, `attention_png`)."""
+    directory = os.path.join(workdir, "attention")
+    return {"attention_html": write_attention_html(os.path.join(directory, "attention.html"),
+                                                   maps, labels, title),
+            "attention_png": save_attention_pngs(directory, maps, labels)}

@@ -179,8 +179,7 @@ def evaluate(config, params=None) -> dict[str, Any]:
     """Return-conditioned bridge rollouts; writes `eval.json` and attention maps."""
     from envs.host import vizdoom as vd
     from envs.host.bridge import host_rollout
-    from icrl_jax.analysis.attention_maps import (context_attention, save_attention_pngs,
-                                                  write_attention_html)
+    from icrl_jax.analysis.attention_maps import context_attention, write_attention
     from icrl_jax.pipeline import write_eval_results
     from icrl_jax.methods.dt_rollout import DTHostPolicy
 
@@ -230,11 +229,9 @@ def evaluate(config, params=None) -> dict[str, Any]:
                    paper_table2=PAPER_TABLE2[scenario].get(variant_name(config), "n/a"))
     context = last_context(last_out, 0, config.train.seq_len, last_target)
     maps, labels = context_attention(method, params, jax.tree.map(jnp.asarray, context))
-    directory = os.path.join(config.workdir, "attention")
-    title = f"{config.experiment} ({variant_name(config)}) env 0, target {last_target:g}"
-    results["attention_html"] = write_attention_html(os.path.join(directory, "attention.html"),
-                                                     maps, labels, title)
-    results["attention_png"] = save_attention_pngs(directory, maps, labels)
+    results.update(write_attention(
+        config.workdir, maps, labels,
+        f"{config.experiment} ({variant_name(config)}) env 0, target {last_target:g}"))
     return write_eval_results(config, results)
 
 
