@@ -157,14 +157,20 @@ def train(config):
     return None
 
 
+def open_checkpointer(config, env):
+    """The run's checkpoint directory, guarded by the model signature of `config`."""
+    from icrl_jax import train as T
+
+    return T.Checkpointer(os.path.join(config.workdir, "checkpoints"), model_signature(config, env))
+
+
 def load_params(config, env, method, example=None, sample_fn=None):
     """The latest checkpoint's parameters. `example` is a small dataset of the kind the method
     trains on (default: the first AD history) and `sample_fn` its window sampler, which together
     give the shapes to restore into."""
     from icrl_jax import train as T
 
-    checkpointer = T.Checkpointer(os.path.join(config.workdir, "checkpoints"),
-                                  model_signature(config, env))
+    checkpointer = open_checkpointer(config, env)
     if checkpointer.latest_step() is None:
         raise FileNotFoundError(f"no checkpoint in {config.workdir}/checkpoints; train first")
     if example is None:
@@ -375,8 +381,10 @@ def evaluate_variants(config, params=None) -> dict[str, Any]:
 
     env = build_env(config)
     method = build_method(config, env)
+    checkpoint_step = None
     if params is None:
         params = load_params(config, env, method)
+        checkpoint_step = latest_checkpoint_step(config, env)
     results = {}
     for i, (name, variant) in enumerate(sorted(config.variants.to_dict().items())):
         start = time.perf_counter()
@@ -387,10 +395,28 @@ def evaluate_variants(config, params=None) -> dict[str, Any]:
                   f"{results[name]['score']:.3f}, arms used {results[name]['arms_used']:.1f} "
                   f"({time.perf_counter() - start:.0f}s)")
     summary = dict(experiment=config.experiment, method=config.method, env=config.env.name,
-                   label=run_label(config), seed=config.seed, variants=results)
+                   label=run_label(config), seed=config.seed, checkpoint_step=checkpoint_step,
+                   variants=results)
     with open(os.path.join(config.workdir, "variants.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary
+
+
+def latest_checkpoint_step(config, env) -> int | None:
+    checkpointer = open_checkpointer(config, env)
+    step = checkpointer.latest_step()
+    checkpointer.close()
+    return step
+
+
+def evaluated_at(workdir: str, num_steps: int) -> bool:
+    """Whether `workdir/variants.json` holds an evaluation of the checkpoint at `num_steps`
+    (so raising `train.num_steps` resumes training and re-evaluates instead of reusing it)."""
+    path = os.path.join(workdir, "variants.json")
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return json.load(f).get("checkpoint_step") == num_steps
 
 
 def seed_config(config, seed: int):
@@ -413,9 +439,8 @@ def run_seeds(config) -> list[str]:
     for seed in range(int(config.report.num_seeds)):
         seeded = seed_config(config, seed)
         os.makedirs(seeded.workdir, exist_ok=True)
-        done = os.path.join(seeded.workdir, "variants.json")
-        if not os.path.exists(done):
-            train(seeded)
+        if not evaluated_at(seeded.workdir, int(config.train.num_steps)):
+            train(seeded)  # resumes; a no-op when the checkpoint is already at num_steps
             evaluate_variants(seeded)
         workdirs.append(seeded.workdir)
     return workdirs

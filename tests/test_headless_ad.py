@@ -243,6 +243,18 @@ def test_pipeline_builds_headless_ad_and_report_writes_table(tmp_path):
         assert open(written[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_report_reuses_an_evaluation_only_at_the_configured_step(tmp_path):
+    """Raising `train.num_steps` must resume and re-evaluate a seed, not reuse its old table."""
+    from icrl_jax.pipeline import evaluated_at
+
+    assert not evaluated_at(str(tmp_path), 100)  # nothing evaluated yet
+    (tmp_path / "variants.json").write_text(json.dumps(dict(checkpoint_step=100, variants={})))
+    assert evaluated_at(str(tmp_path), 100)
+    assert not evaluated_at(str(tmp_path), 200)
+    (tmp_path / "variants.json").write_text(json.dumps(dict(variants={})))  # step unknown
+    assert not evaluated_at(str(tmp_path), 100)
+
+
 @pytest.mark.parametrize("prompt,position,gated", [(True, "rotary", False),
                                                    (False, "learned", True)])
 def test_cached_decoding_equals_the_full_forward_pass(prompt, position, gated):
