@@ -90,8 +90,8 @@ def main() -> None:
     lines = [SECTION, "",
              f"Command: `python benchmarks/bench_sweep.py --steps {args.steps} --replicas "
              f"{' '.join(map(str, args.replicas))}`. Hardware: {platform.machine()}, "
-             f"{os.cpu_count()} CPU cores **shared with other engineers' jobs** (load average "
-             f"{load_before:.1f} before, {load_after:.1f} after), jax {jax.__version__} CPU, float32. "
+             f"{os.cpu_count()} CPU cores (load average {load_before:.1f} before, "
+             f"{load_after:.1f} after; above ~1 means other jobs shared the cores), jax {jax.__version__} CPU, float32. "
              f"Workload: the n-gram Dark Room `:quick` model (AD + 1-gram layer, d=32, 2 blocks, "
              f"batch 16, context 100), {args.steps} updates per assignment; rates exclude the "
              "first call (compilation), timed separately. CPU time is user+system of this "
