@@ -403,6 +403,7 @@ def evaluate_variants(config, params=None) -> dict[str, Any]:
 
 
 def latest_checkpoint_step(config, env) -> int | None:
+    """The step of the run's newest checkpoint (None without one)."""
     checkpointer = open_checkpointer(config, env)
     step = checkpointer.latest_step()
     checkpointer.close()
