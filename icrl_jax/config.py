@@ -47,6 +47,8 @@ def base_config() -> ml_collections.ConfigDict:
         num_steps=500,  # in-context steps per evaluation rollout
         num_envs_per_task=1,  # independent rollouts on each held-out task
         greedy=False,  # argmax instead of sampling
+        # Sampling temperature: softmax(logits / temperature); < 1 sharpens the trained policy.
+        temperature=1.0,
         seed=1,
         tasks="test",  # test | train: which split to evaluate on
         chunk_size=0,  # environments per jitted rollout call (0 = all at once)

@@ -77,7 +77,8 @@ def record_outcome(context: ContextState, action: jax.Array, reward: jax.Array) 
 
 
 def context_policy_action(method, params, context: ContextState, observation: jax.Array,
-                          key: jax.Array, greedy: bool) -> tuple[ContextState, jax.Array]:
+                          key: jax.Array, greedy: bool, temperature: float = 1.0
+                          ) -> tuple[ContextState, jax.Array]:
     """Push the observation, run the model on the window and pick an action (one environment).
 
     `method.context_logits(params, window (1, L), key) -> (1, L, A)` is all a method provides.
@@ -86,7 +87,8 @@ def context_policy_action(method, params, context: ContextState, observation: ja
     logits_key, action_key = jax.random.split(key)
     logits = method.context_logits(params, context.window, logits_key)  # (1, L, A)
     logits_now = jax.lax.dynamic_index_in_dim(logits[0], index, axis=0, keepdims=False)
-    action = select_actions(action_key, logits_now, context.window.action_mask[0], greedy)
+    action = select_actions(action_key, logits_now, context.window.action_mask[0], greedy,
+                            temperature)
     return context, action
 
 
@@ -128,13 +130,16 @@ class InContextPolicy:
     context_len: int
     greedy: bool
     max_steps: int | None = None
+    temperature: float = 1.0  # sampling temperature (see `select_actions`)
 
     @property
     def cached(self) -> bool:
         """Decode from a key/value cache: when the whole rollout fits in the context (so no
         token is ever evicted and the result equals recomputing the window) and the method
         can. Each step then costs one token instead of the whole window."""
-        return (hasattr(self.method, "decode_logits") and self.max_steps is not None
+        return (hasattr(self.method, "decode_logits")
+                and getattr(self.method, "decodes_incrementally", True)
+                and self.max_steps is not None
                 and self.max_steps <= self.context_len)
 
     def __call__(self, params) -> Source:
@@ -150,7 +155,8 @@ class InContextPolicy:
 
         def act(key, context, obs, env_state, env_params):
             del env_state, env_params
-            return context_policy_action(method, params, context, obs, key, greedy)[1]
+            return context_policy_action(method, params, context, obs, key, greedy,
+                                         self.temperature)[1]
 
         def update(key, context, transition, env_params):
             del key, env_params
@@ -180,7 +186,7 @@ class InContextPolicy:
             del env_state
             logits, _, mask = decode(context, obs, env_params)
             _, action_key = jax.random.split(key)  # the keys `context_policy_action` uses
-            return select_actions(action_key, logits, mask, greedy)
+            return select_actions(action_key, logits, mask, greedy, self.temperature)
 
         def update(key, context, transition, env_params):
             del key
@@ -195,14 +201,18 @@ class InContextPolicy:
 
 
 def in_context_source(method, params, env, context_len: int, greedy: bool,
-                      max_steps: int | None = None) -> ParamSource:
+                      max_steps: int | None = None, temperature: float = 1.0) -> ParamSource:
     """The trained model as a source: its state is the sliding context of its own history.
 
     `act` scores the context with the new observation appended; `update` commits that observation
     with the action taken and the reward received, so the next token carries them. `params` is
     opaque here and handed to `method.context_logits`. With `max_steps` (the rollout length)
     no longer than `context_len`, methods that can decode incrementally do (see
-    `InContextPolicy.cached`).
+    `InContextPolicy.cached`). `temperature` (> 0) divides the logits before sampling.
     """
-    return ParamSource(InContextPolicy(method, env, context_len, bool(greedy), max_steps), params,
+    if not float(temperature) > 0.0:
+        raise ValueError(f"eval.temperature must be > 0 (use eval.greedy=True for the argmax), "
+                         f"got {temperature}")
+    policy = InContextPolicy(method, env, context_len, bool(greedy), max_steps, float(temperature))
+    return ParamSource(policy, params,
                        name=f"{method.name}_in_context")

@@ -30,15 +30,18 @@ class InContextHostPolicy:
       context_len: L, the training window.
       num_actions: A; observation_shape / observation_dtype: one observation (e.g. (64, 64, 3)
         uint8).
-      greedy: argmax instead of sampling.
+      greedy: argmax instead of sampling. temperature: sampling temperature (> 0).
     State: (per-env `ContextState` batched over N, last actions int32 `(N,)`).
     """
 
     def __init__(self, method, params: Any, context_len: int, num_actions: int,
                  observation_shape: tuple[int, ...], observation_dtype=jnp.uint8,
-                 greedy: bool = False):
+                 greedy: bool = False, temperature: float = 1.0):
+        if not float(temperature) > 0.0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
         self.method, self.params, self.context_len = method, params, int(context_len)
         self.num_actions, self.greedy = int(num_actions), bool(greedy)
+        self.temperature = float(temperature)
         self.observation = jax.ShapeDtypeStruct(tuple(observation_shape), observation_dtype)
         # Methods with a pixel encoder keep features in the context: each frame is encoded
         # once when it arrives instead of at all L steps it spends in the window.
@@ -70,7 +73,8 @@ class InContextHostPolicy:
         def one(context, obs, reward, last_action, k):
             committed = record_outcome(context, last_action, reward)
             context = jax.tree.map(lambda a, b: jnp.where(started, a, b), committed, context)
-            return context_policy_action(self._scorer, self.params, context, obs, k, self.greedy)
+            return context_policy_action(self._scorer, self.params, context, obs, k, self.greedy,
+                                         self.temperature)
 
         keys = jax.random.split(key, step.obs.shape[0])
         contexts, actions = jax.vmap(one)(contexts, obs, step.reward, last_actions, keys)

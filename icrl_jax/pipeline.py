@@ -200,7 +200,8 @@ def evaluate(config, params=None) -> dict[str, Any]:
     key = jax.random.PRNGKey(config.eval.seed)
     policies = {
         "model": in_context_source(method, params, env, config.train.seq_len, config.eval.greedy,
-                                   max_steps=config.eval.num_steps),
+                                   max_steps=config.eval.num_steps,
+                                   temperature=config.eval.temperature),
         f"source ({config.data.source})": build_source(config.data.source, env, num_steps,
                                                        config.data.source_kwargs.to_dict()),
         "random": S.uniform_random(),
@@ -325,7 +326,7 @@ def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
         params = method.eval_params(params, model_key, env.num_actions)
     num_steps = config.eval.num_steps
     model = in_context_source(method, params, env, config.train.seq_len, config.eval.greedy,
-                              max_steps=num_steps)
+                              max_steps=num_steps, temperature=config.eval.temperature)
     if isinstance(model, S.ParamSource):  # one variant = one compile anyway: a plain Source
         model = model.build(model.params)
     policies = {

@@ -359,7 +359,8 @@ def evaluate_params(config, env, method, params, test_ids, baselines) -> dict[st
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.evaluate import in_context_source
 
-    policy = in_context_source(method, params, env, config.train.seq_len, config.eval.greedy)
+    policy = in_context_source(method, params, env, config.train.seq_len, config.eval.greedy,
+                               temperature=config.eval.temperature)
     history = jax.device_get(generate_histories(
         env, policy, env.task_params(test_ids), config.eval.num_steps,
         jax.random.PRNGKey(config.eval.seed), task_ids=test_ids,

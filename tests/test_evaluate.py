@@ -4,13 +4,14 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import envs
 from icrl_jax.data.dataset import to_step_windows
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.evaluate import in_context_source
 from icrl_jax.methods.ad import AD
-from icrl_jax.models.heads import mask_logits
+from icrl_jax.models.heads import mask_logits, select_actions
 from icrl_jax.models.transformer import default_transformer_config
 
 CONTEXT = 12
@@ -64,3 +65,21 @@ def test_evaluation_rollout_compiles_once_for_new_parameters():
         results.append(generate_histories(env, in_context_source(method, params, env, CONTEXT, False),
                                           task_params, 30, jax.random.PRNGKey(3)).actions)
     assert not np.array_equal(np.asarray(results[0]), np.asarray(results[1]))
+
+
+def test_sampling_temperature_sharpens_the_policy_and_keeps_the_mask():
+    """softmax(logits / T): logits (0, log 3, 5) with the last action masked give probabilities
+    (1/4, 3/4) at T = 1 and (1/10, 9/10) at T = 1/2; the masked action is never drawn."""
+    logits = jnp.array([0.0, jnp.log(3.0), 5.0])
+    mask = jnp.array([True, True, False])
+    keys = jax.random.split(jax.random.PRNGKey(0), 20_000)
+    for temperature, expected in ((1.0, 0.75), (0.5, 0.9)):
+        actions = jax.vmap(lambda k: select_actions(k, logits, mask, False, temperature))(keys)
+        assert not bool((actions == 2).any())
+        np.testing.assert_allclose(float((actions == 1).mean()), expected, atol=0.01)
+
+
+def test_non_positive_temperature_is_a_clear_error():
+    env = envs.make("darkroom")
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        in_context_source(tiny_ad(env), {}, env, CONTEXT, False, temperature=0.0)

@@ -71,11 +71,18 @@ def test_orthonormal_embeddings_need_enough_dimensions_and_normal_ablation_is_no
     assert np.abs(gram - np.diag(np.diag(gram))).max() > 0.05
 
 
-@pytest.mark.parametrize("prompt,gated", [(True, False), (False, True)])
-def test_action_probabilities_are_invariant_to_action_set_order(prompt, gated):
-    method = HeadlessAD(tiny_config(prompt=prompt, reward_gated_actions=gated),
-                        num_observations=1)
+NGRAM = dict(ngram_positions=(1,), ngram_max=2, ngram_match="transition")
+
+
+@pytest.mark.parametrize("prompt,extra", [(True, {}), (False, {"reward_gated_actions": True}),
+                                          (True, NGRAM), (False, NGRAM)])
+def test_action_probabilities_are_invariant_to_action_set_order(prompt, extra):
+    """Also with n-gram layers, whose matches compare action indices: relabelling the actions
+    changes no equality, so the pattern and hence the probabilities follow the permutation."""
+    method = HeadlessAD(tiny_config(prompt=prompt, **extra), num_observations=1)
     window = random_window()
+    if extra.get("ngram_positions"):  # 0/1 rewards, so that transitions repeat and match
+        window = window.replace(prev_rewards=jnp.round(window.prev_rewards))
     params = method.init(jax.random.PRNGKey(1), window)
     embeddings = sample_action_embeddings(jax.random.PRNGKey(2), A, E)
     probs = probabilities(method, params, window, embeddings)
@@ -300,3 +307,32 @@ def test_cached_rollout_takes_the_actions_of_the_recomputed_window():
         actions[max_steps] = np.asarray(history.actions)
     np.testing.assert_array_equal(actions[None], actions[L])
     assert len(np.unique(actions[L])) > 1  # sampled, not a constant policy
+
+
+def test_ngram_prompt_ids_match_nothing_and_rollouts_recompute_the_window():
+    """Prompt tokens get unique negative ids (no n-gram match with a step or each other), and a
+    model with n-gram layers is rolled out without the key/value cache they cannot use."""
+    from envs.bandits import BernoulliBandit
+    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.evaluate import in_context_source
+    from icrl_jax.methods.headless_ad import with_prompt_ids
+    from icrl_jax.models.ngram import token_equality
+
+    window = random_window()
+    window = window.replace(prev_rewards=jnp.round(window.prev_rewards))
+    method = HeadlessAD(tiny_config(**NGRAM), num_observations=1)
+    ids = with_prompt_ids(method.window_ngram_ids(window), A)
+    assert ids.shape[:2] == (3, A + L)
+    equal = np.asarray(token_equality(ids))
+    off_diagonal = equal & ~np.eye(A + L, dtype=bool)[None]
+    assert not off_diagonal[:, :A, :].any() and not off_diagonal[:, :, :A].any()
+    assert off_diagonal[:, A:, A:].any()  # steps do repeat (observation 0, same action)
+
+    env = BernoulliBandit(arms=5, max_arms=A, seed=0)
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), window),
+                                jax.random.PRNGKey(2), A)
+    policy = in_context_source(method, params, env, L, greedy=False, max_steps=L)
+    assert not policy.build.cached
+    history = generate_histories(env, policy, env.task_params(np.arange(2)), L,
+                                 jax.random.PRNGKey(7))
+    assert np.asarray(history.actions).max() < 5

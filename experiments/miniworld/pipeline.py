@@ -224,7 +224,7 @@ def evaluate(config, params=None) -> dict[str, Any]:
     num_steps = int(config.eval.num_steps)
     policies = {
         "model": InContextHostPolicy(method, params, config.train.seq_len, NUM_ACTIONS, OBS_SHAPE,
-                                     jnp.uint8, config.eval.greedy),
+                                     jnp.uint8, config.eval.greedy, config.eval.temperature),
         f"source ({config.data.source})": oracle_source(config, num_steps),
         "random": RandomPolicy(gym.spaces.Discrete(NUM_ACTIONS)),
     }

@@ -14,7 +14,9 @@ them, and the output is scored against each action's own embedding.
 
 Ablations (config switches in `model`): `prompt=False` (no action-set prompt), `loss="mse"`
 (regress the target embedding, act by nearest neighbour) and `embeddings="normal"` (i.i.d.
-Gaussian instead of orthonormal embeddings).
+Gaussian instead of orthonormal embeddings). N-gram induction-head layers (`ngram_positions`,
+models/ngram.py) work as in AD; the action ids they match are indices into the action set, so
+they too are blind to the order of the set.
 
 This file also holds `PermutedAD`, the AD baseline trained on randomly permuted action sets.
 """
@@ -29,6 +31,7 @@ import ml_collections
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import MASKED_LOGIT, mask_logits
+from icrl_jax.models.ngram import get_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
 from icrl_jax.models.transformer import Transformer
 
@@ -96,6 +99,19 @@ def prompt_attention_mask(action_mask: jax.Array, length: int) -> jax.Array:
     return structure[None, None] & available[:, None, None, :]
 
 
+def with_prompt_ids(ngram_ids: jax.Array, num_prompt: int) -> jax.Array:
+    """Step ids `(B, L[, K])` -> `(B, num_prompt + L, K)` with the prompt's ids in front.
+
+    Prompt token p gets -(p + 1) in every component: unique, and never equal to a step's ids
+    (whose first component, an action id, is >= 0), so prompt tokens match nothing.
+    """
+    ids = ngram_ids if ngram_ids.ndim == 3 else ngram_ids[..., None]
+    batch, _, parts = ids.shape
+    prompt = -(1 + jnp.arange(num_prompt, dtype=ids.dtype))
+    prompt = jnp.broadcast_to(prompt[None, :, None], (batch, num_prompt, parts))
+    return jnp.concatenate([prompt, ids], axis=1)
+
+
 class HeadlessADModel(nn.Module):
     """[action-set prompt, step tokens] -> transformer -> predicted next-action embedding."""
 
@@ -119,7 +135,7 @@ class HeadlessADModel(nn.Module):
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, action_embeddings, action_mask,
                  deterministic: bool = True, cache: list | None = None,
-                 step_index: jax.Array | None = None):
+                 step_index: jax.Array | None = None, ngram_ids: jax.Array | None = None):
         """Args:
           observations: int `(B, L)` or float `(B, L, *obs_shape)`.
           prev_actions: int `(B, L)` (ids >= A: no previous action).
@@ -130,6 +146,8 @@ class HeadlessADModel(nn.Module):
             with `step_index` None, the steps are ignored and the prompt is written to slots
             [0, A); otherwise the L steps are steps `step_index + [0, L)` of the sequence,
             written after the prompt.
+          ngram_ids: int `(B, L[, K])` step ids for the backbone's n-gram layers, if it has any
+            (full forward pass only). Prompt tokens get ids that match nothing.
         Returns:
           predicted embeddings `(B, L, E)`; with a cache, `(embeddings, cache)`, or only the
           cache when writing the prompt.
@@ -151,10 +169,11 @@ class HeadlessADModel(nn.Module):
                 jnp.concatenate([prompt, tokens], axis=1), deterministic=deterministic,
                 attention_mask=prompt_attention_mask(action_mask, length),
                 positions=jnp.concatenate([jnp.zeros(num_actions, jnp.int32),
-                                           jnp.arange(length, dtype=jnp.int32)]))
+                                           jnp.arange(length, dtype=jnp.int32)]),
+                ngram_ids=None if ngram_ids is None else with_prompt_ids(ngram_ids, num_actions))
             hidden = hidden[:, num_actions:]
         else:
-            hidden = self.backbone(tokens, deterministic=deterministic)
+            hidden = self.backbone(tokens, deterministic=deterministic, ngram_ids=ngram_ids)
         return nn.Dense(self.action_embed_dim, name="predicted_embedding")(hidden)
 
     def _decode(self, observations, prev_actions, prev_rewards, action_embeddings, action_mask,
@@ -215,6 +234,9 @@ class HeadlessAD:
         self.loss_kind = model_config.loss
         self.embedding_kind = model_config.embeddings
         self.embed_dim = int(model_config.action_embed_dim)
+        # N-gram induction-head layers (models/ngram.py), as in AD: step ids per window.
+        self.ngram_ids = (get_ngram_ids(model_config.get("ngram_match", "transition"))
+                          if model_config.get("ngram_positions") else None)
         self.model = HeadlessADModel(num_observations, model_config.d_model, self.embed_dim,
                                      bool(model_config.prompt),
                                      Transformer.from_config(model_config), grid_size,
@@ -229,11 +251,20 @@ class HeadlessAD:
         and `in_context_source` take)."""
         return {"model": params, "action_embeddings": self.action_embeddings(key, num_actions)}
 
+    @property
+    def decodes_incrementally(self) -> bool:
+        """N-gram layers match over the whole window, so they cannot decode from a cache."""
+        return self.ngram_ids is None
+
+    def window_ngram_ids(self, window: StepWindows) -> jax.Array | None:
+        return None if self.ngram_ids is None else self.ngram_ids(window)
+
     def init(self, key: jax.Array, example: StepWindows):
         num_actions = example.action_mask.shape[-1]
         return self.model.init({"params": key}, example.observations, example.prev_actions,
                                example.prev_rewards, self.action_embeddings(key, num_actions),
-                               example.action_mask)["params"]
+                               example.action_mask,
+                               ngram_ids=self.window_ngram_ids(example))["params"]
 
     def predict(self, params, window: StepWindows, action_embeddings: jax.Array,
                 key: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
@@ -241,7 +272,8 @@ class HeadlessAD:
         rngs = None if key is None else {"dropout": key}
         return self.model.apply({"params": params}, window.observations, window.prev_actions,
                                 window.prev_rewards, action_embeddings, window.action_mask,
-                                deterministic=deterministic, rngs=rngs)
+                                deterministic=deterministic, rngs=rngs,
+                                ngram_ids=self.window_ngram_ids(window))
 
     def similarity_logits(self, predicted: jax.Array, action_embeddings: jax.Array) -> jax.Array:
         """`(B, L, E) x (A, E)` -> dot-product similarities over tau, `(B, L, A)` (unmasked)."""

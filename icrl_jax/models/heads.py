@@ -35,8 +35,10 @@ def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array, action_mask: j
 
 
 def select_actions(key: jax.Array, logits: jax.Array, action_mask: jax.Array,
-                   greedy: bool | jax.Array) -> jax.Array:
-    """Sample from (or take the argmax of) masked logits `(..., A)` -> int32 `(...)`."""
+                   greedy: bool | jax.Array, temperature: float = 1.0) -> jax.Array:
+    """Sample from softmax(logits / temperature) (or take the argmax) of masked logits `(..., A)`
+    -> int32 `(...)`. A temperature below 1 sharpens the trained distribution; the argmax is
+    its limit at 0."""
     masked = mask_logits(logits, action_mask)
-    sampled = jax.random.categorical(key, masked, axis=-1)
+    sampled = jax.random.categorical(key, masked / temperature, axis=-1)
     return jnp.where(greedy, jnp.argmax(masked, axis=-1), sampled).astype(jnp.int32)
