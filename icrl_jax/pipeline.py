@@ -68,6 +68,7 @@ SOURCES = {
     "q_learning": lambda env, num_steps, kw: S.q_learning(
         env, num_episodes=num_steps // env.episode_length, **kw),
     "noisy_oracle": lambda env, num_steps, kw: S.noisy_oracle(env, num_steps=num_steps, **kw),
+    "episode_replay": lambda env, num_steps, kw: S.episode_replay(env, num_steps=num_steps, **kw),
     "uniform_random": lambda env, num_steps, kw: S.uniform_random(**kw),
 }
 

@@ -8,8 +8,8 @@ import pytest
 import envs
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.metrics import episode_returns, episode_returns_ragged
-from icrl_jax.data.sources import (linucb, noisy_oracle, q_learning, sample_beta,
-                                   thompson_sampling, uniform_random)
+from icrl_jax.data.sources import (episode_replay, linucb, noisy_oracle, q_learning,
+                                   sample_beta, thompson_sampling, uniform_random)
 
 
 def _regret(info):
@@ -123,6 +123,41 @@ def test_noisy_oracle_on_composite_darkroom_and_bandit():
                                  jax.random.PRNGKey(0), with_info=True)
     best = np.asarray(info["expected_reward"] == info["optimal_expected_reward"])
     assert best[:, -40:].all()
+
+
+def test_episode_replay_repeats_the_first_paying_episode_without_noise():
+    """eps = 0: episodes are uniformly random until one pays; every later episode takes exactly
+    that episode's actions, in order, and pays in the same number of steps."""
+    env = envs.make("darkroom_composite", max_actions=50, actions="train")
+    params = env.task_params(np.arange(0, 80, 10))
+    h = generate_histories(env, episode_replay(env, 600, eps_start=0.0), params, 600,
+                           jax.random.PRNGKey(0))
+    actions, rewards, dones = (np.asarray(x) for x in (h.actions, h.rewards, h.dones))
+    replayed = 0
+    for a, r, d in zip(actions, rewards, dones):
+        ends = np.flatnonzero(d)
+        episodes = np.split(a, ends + 1)[:len(ends)]
+        paid = r[ends] > 0
+        if not paid.any():
+            continue
+        first = int(np.argmax(paid))
+        for episode in episodes[first + 1:]:
+            np.testing.assert_array_equal(episode, episodes[first])
+            replayed += 1
+        assert paid[first:].all()
+    assert replayed > 0
+
+
+def test_episode_replay_shortens_episodes_with_noise_and_needs_an_episodic_env():
+    env = envs.make("darkroom_composite", max_actions=50, actions="train")
+    params = env.task_params(np.arange(0, 80, 4))
+    h = generate_histories(env, episode_replay(env, 800), params, 800, jax.random.PRNGKey(1))
+    lengths = [np.diff(np.concatenate([[-1], np.flatnonzero(d)])) for d in np.asarray(h.dones)]
+    returns = episode_returns_ragged(h.rewards, h.dones)
+    assert np.mean([r[-5:].mean() for r in returns]) == 1.0  # noise-free at the end
+    assert np.mean([x[-5:].mean() for x in lengths]) < np.mean([x[:5].mean() for x in lengths])
+    with pytest.raises(ValueError, match="episode_length"):
+        episode_replay(envs.make("bernoulli_bandit", arms=5), 100)
 
 
 def test_random_respects_action_mask():

@@ -3,16 +3,17 @@
 AD is trained on the 50 train actions and evaluated on the action sets of the same width
 (train, permuted_train, sliced_test) x (train, test) goals; wider sets need a new output layer.
 Preset `permuted` / `quick_permuted`: AD trained on randomly permuted action sets (appendix C).
-Same data as `darkroom.py`.
+Same data as `darkroom.py` (`quick_replay`: its episode-replay histories).
 """
 
-from experiments.headless_ad.common import darkroom_quick_preset
+from experiments.headless_ad.common import DARKROOM_REPLAY, darkroom_quick_preset
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.pipeline import add_report_fields, darkroom_variants
 
 QUICK = darkroom_quick_preset()
 PERMUTED = {"method": "ad_permuted", "report.label": "AD (permuted training)"}
-PRESETS = {"quick": QUICK, "permuted": PERMUTED, "quick_permuted": dict(QUICK, **PERMUTED)}
+PRESETS = {"quick": QUICK, "permuted": PERMUTED, "quick_permuted": dict(QUICK, **PERMUTED),
+           "quick_replay": dict(QUICK, **DARKROOM_REPLAY)}
 
 
 def get_config(preset: str = ""):

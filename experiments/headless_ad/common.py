@@ -49,3 +49,11 @@ def darkroom_quick_preset(**extra):
         "eval.greedy": False,
         **extra,
     })
+
+
+#: `quick_replay`: the quick darkroom preset on episode-replay histories (data/sources/
+#: episode_replay.py): random exploration until an episode pays, then its actions replayed with
+#: decaying noise. An improvement that depends on where each action was taken, never on what it
+#: means, hence one a learner can copy in context on action sets it never saw.
+DARKROOM_REPLAY = {"data.source": "episode_replay",
+                   "data.source_kwargs": {"eps_start": 0.5, "eps_end": 0.0, "decay_fraction": 0.8}}

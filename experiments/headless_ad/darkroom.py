@@ -6,10 +6,12 @@ use only the 50 train actions. Evaluated on the five action sets (train, permute
 sliced_test, test, all) x (train, test) goals; Headless-AD is trained once, on the train set.
 
 Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `quick_*`).
+`quick_replay`: the quick preset on episode-replay histories (see `common.DARKROOM_REPLAY`).
 `:quick` fits a 2-core CPU.
 """
 
-from experiments.headless_ad.common import ablation_presets, darkroom_quick_preset
+from experiments.headless_ad.common import (DARKROOM_REPLAY, ablation_presets,
+                                            darkroom_quick_preset)
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.methods.headless_ad import add_headless_fields
 from icrl_jax.pipeline import add_report_fields, darkroom_variants
@@ -29,6 +31,7 @@ NORMAL = {"model.embeddings": "normal", "train.learning_rate": 6.6e-4,
           "train.weight_decay": 9.1e-4, "train.b1": 0.6, "model.attention_dropout": 0.53,
           "model.residual_dropout": 3.0e-2}
 PRESETS = ablation_presets(QUICK, {"no_prompt": NO_PROMPT, "mse": MSE, "normal": NORMAL})
+PRESETS["quick_replay"] = dict(QUICK, **DARKROOM_REPLAY)
 
 
 def get_config(preset: str = ""):

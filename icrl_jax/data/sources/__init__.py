@@ -68,6 +68,7 @@ class ParamSource(NamedTuple):
     name: str = "param_source"
 
 
+from icrl_jax.data.sources.episode_replay import episode_replay  # noqa: E402
 from icrl_jax.data.sources.linucb import linucb  # noqa: E402
 from icrl_jax.data.sources.noisy_oracle import grid_oracle_action, noisy_oracle  # noqa: E402
 from icrl_jax.data.sources.q_learning import q_learning  # noqa: E402
@@ -75,5 +76,5 @@ from icrl_jax.data.sources.thompson import BETA_SAMPLERS, sample_beta, thompson_
 from icrl_jax.data.sources.uniform import masked_uniform_action, uniform_random  # noqa: E402
 
 __all__ = ["Source", "ParamSource", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
-           "q_learning", "noisy_oracle", "grid_oracle_action", "uniform_random",
+           "q_learning", "noisy_oracle", "episode_replay", "grid_oracle_action", "uniform_random",
            "masked_uniform_action"]

@@ -1,0 +1,79 @@
+"""Episode replay: explore at random until an episode pays, then replay its actions.
+
+An in-context RL algorithm for deterministic episodic tasks with a fixed start (the Dark Room
+family). It keeps the action sequence of the shortest rewarded episode so far and, at step k of
+every later episode, takes that sequence's k-th action; with probability eps(t), decaying
+linearly over the history, it takes a uniformly random available action instead. The noise keeps
+exploring, and a noisy episode that pays in fewer steps replaces the sequence, so episodes get
+shorter over the history.
+
+Unlike the noisy oracle it reads nothing privileged, and what it does never depends on what an
+action means: only on which action was taken where. That is what a learner that meets its
+actions as fresh random embeddings (Headless-AD) can imitate in context, on any action set.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from icrl_jax.data import sources
+from icrl_jax.data.sources.uniform import uniform_pick
+
+
+@flax.struct.dataclass
+class ReplayState:
+    """t: int32 step of the history. step: int32 step within the episode.
+    episode: int32 `(H,)` this episode's actions so far. best: int32 `(H,)` the replayed
+    sequence. best_len: int32 its length (0: no episode has paid yet)."""
+
+    t: jax.Array
+    step: jax.Array
+    episode: jax.Array
+    best: jax.Array
+    best_len: jax.Array
+
+
+def episode_replay(env, num_steps: int, eps_start: float = 0.5, eps_end: float = 0.0,
+                   decay_fraction: float = 0.8) -> "sources.Source":
+    """Episode-replay source (see the module docstring).
+
+    Args:
+      env: an episodic env with `episode_length` (the most steps an episode can take).
+      num_steps: history length; eps decays from eps_start to eps_end over the first
+        `decay_fraction * num_steps` steps, then stays at eps_end.
+    """
+    horizon = getattr(env, "episode_length", None)
+    if horizon is None:
+        raise ValueError(f"episode_replay needs an episodic env with `episode_length`; "
+                         f"{type(env).__name__} has none")
+    horizon = int(horizon)
+    decay_steps = max(decay_fraction * num_steps, 1e-6)
+
+    def init(key, params):
+        del key, params
+        empty = jnp.zeros(horizon, jnp.int32)
+        return ReplayState(jnp.int32(0), jnp.int32(0), empty, empty, jnp.int32(0))
+
+    def act(key, state, obs, env_state, params):
+        del obs, env_state
+        u = jax.random.uniform(key, (2,))
+        eps = eps_start + (eps_end - eps_start) * jnp.minimum(state.t / decay_steps, 1.0)
+        random_action = uniform_pick(u[1], params.action_mask)
+        replay = (state.step < state.best_len) & (u[0] >= eps)
+        return jnp.where(replay, state.best[jnp.minimum(state.step, horizon - 1)], random_action)
+
+    def update(key, state, tr, params):
+        del key, params
+        episode = state.episode.at[jnp.minimum(state.step, horizon - 1)].set(tr.action)
+        length = state.step + 1
+        improved = (tr.reward > 0) & ((state.best_len == 0) | (length < state.best_len))
+        return ReplayState(
+            t=state.t + 1,
+            step=jnp.where(tr.done, 0, length),
+            episode=episode,
+            best=jnp.where(improved, episode, state.best),
+            best_len=jnp.where(improved, length, state.best_len))
+
+    return sources.Source(init, act, update, name="episode_replay")
