@@ -148,6 +148,34 @@ def test_episode_replay_repeats_the_first_paying_episode_without_noise():
     assert replayed > 0
 
 
+def test_episode_replay_by_cell_follows_the_loop_free_paying_path():
+    """key_by="cell", eps = 0: after the first paying episode, the action in every cell it visited
+    is the one it took there last; that path has no loops, so every later episode pays, in no
+    more steps."""
+    env = envs.make("darkroom_composite", max_actions=50, actions="train")
+    params = env.task_params(np.arange(0, 80, 10))
+    h = generate_histories(env, episode_replay(env, 600, eps_start=0.0, key_by="cell"), params,
+                           600, jax.random.PRNGKey(0))
+    obs, actions, rewards, dones = (np.asarray(x) for x in (h.observations, h.actions,
+                                                            h.rewards, h.dones))
+    checked = 0
+    for o, a, r, d in zip(obs, actions, rewards, dones):
+        ends = np.flatnonzero(d)
+        if not (r[ends] > 0).any():
+            continue
+        first_end = ends[np.argmax(r[ends] > 0)]
+        first_start = 0 if first_end == ends[0] else ends[ends < first_end][-1] + 1
+        memory = {int(c): int(x) for c, x in zip(o[first_start:first_end + 1],
+                                                 a[first_start:first_end + 1])}  # last visit
+        later = np.arange(first_end + 1, len(a))
+        np.testing.assert_array_equal(a[later], [memory[int(o[t])] for t in later])
+        assert r[ends[ends > first_end]].all()
+        checked += 1
+    assert checked > 0
+    with pytest.raises(ValueError, match="key_by"):
+        episode_replay(env, 100, key_by="goal")
+
+
 def test_episode_replay_shortens_episodes_with_noise_and_needs_an_episodic_env():
     env = envs.make("darkroom_composite", max_actions=50, actions="train")
     params = env.task_params(np.arange(0, 80, 4))

@@ -61,6 +61,7 @@ def darkroom_quick_preset(**extra):
 #: layers (n = 1, 2, 3, before the first block) hand every step the actions taken after the same
 #: 1-3 cells earlier (models/ngram.py); without them 2,000 updates did not learn to copy.
 DARKROOM_REPLAY = {"data.source": "episode_replay",
-                   "data.source_kwargs": {"eps_start": 0.1, "eps_end": 0.0, "decay_fraction": 0.8},
+                   "data.source_kwargs": {"eps_start": 0.1, "eps_end": 0.0, "decay_fraction": 0.8,
+                                         "key_by": "cell"},
                    "model.ngram_positions": (0,), "model.ngram_max": 3,
                    "model.ngram_match": "observation", "train.num_steps": 4000}
