@@ -7,8 +7,9 @@ import pytest
 
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.methods.ad import AD
-from icrl_jax.models.ngram import (NGramHead, ngram_attention, ngram_pattern, observation_ids,
-                                   shuffle_pattern, transition_ids)
+from icrl_jax.models.ngram import (NGramHead, latest_match, ngram_attention, ngram_pattern,
+                                   ngram_weights, observation_ids, shuffle_pattern,
+                                   transition_ids)
 from icrl_jax.models.transformer import default_transformer_config
 
 
@@ -123,3 +124,17 @@ def test_ngram_layers_off_by_default_and_need_ids():
                                                   random_window(jax.random.key(0)))
     with pytest.raises(ValueError, match="unknown model.ngram_match"):
         ad_with_ngrams(ngram_positions=(1,), ngram_match="pixels")
+
+
+def test_latest_match_keeps_only_the_most_recent_occurrence():
+    """ids 5 7 5 7 5: with n = 1, query 4 (id 5) matches the steps after ids at 0 and 2, i.e.
+    keys 1 and 3; `latest` keeps key 3 only, so the layer reads that token alone."""
+    ids = jnp.array([[5, 7, 5, 7, 5]])
+    pattern = np.asarray(ngram_pattern(ids, 1))
+    assert pattern[0, 4].tolist() == [False, True, False, True, False]
+    latest = np.asarray(latest_match(jnp.asarray(pattern)))
+    assert latest[0, 4].tolist() == [False, False, False, True, False]
+    assert (latest.sum(-1) <= 1).all() and not (latest & ~pattern).any()
+    weights = np.asarray(ngram_weights(ids, 1, latest=True)[0])
+    np.testing.assert_allclose(weights[0, 4], [0, 0, 0, 1, 0])
+    np.testing.assert_allclose(weights[0, 0], 0)  # no earlier occurrence: reads nothing

@@ -147,18 +147,30 @@ class NGramLayer(nn.Module):
         return x if self.pre_norm else norm(x)
 
 
+def latest_match(pattern: jax.Array) -> jax.Array:
+    """Keep only each query's most recent match: bool `(B, L, L)` -> same, at most one True per
+    row (the largest key index). A hard induction head that reads the last occurrence."""
+    keys = jnp.arange(pattern.shape[-1])
+    last = jnp.where(pattern, keys, -1).max(-1, keepdims=True)
+    return pattern & (keys == last)
+
+
 def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
-                  shuffle_seed: int = 0) -> list[jax.Array]:
-    """Attention weights of the 1..ngram_max-gram layers ("up to n"), each float `(B, L, L)`."""
+                  shuffle_seed: int = 0, latest: bool = False) -> list[jax.Array]:
+    """Attention weights of the 1..ngram_max-gram layers ("up to n"), each float `(B, L, L)`.
+    `latest`: each query reads only its most recent match instead of all of them uniformly."""
     weights = []
     for n in range(1, ngram_max + 1):
         pattern = ngram_pattern(ids, n)
         if shuffle:
             pattern = shuffle_pattern(pattern, jax.random.fold_in(jax.random.key(shuffle_seed), n))
+        if latest:
+            pattern = latest_match(pattern)
         weights.append(ngram_attention(pattern))
     return weights
 
 
 __all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids", "register_ngram_ids",
                           "get_ngram_ids", "token_equality", "ngram_pattern", "shuffle_pattern",
-                          "ngram_attention", "NGramHead", "NGramLayer", "ngram_weights")
+                          "ngram_attention", "NGramHead", "NGramLayer", "ngram_weights",
+                          "latest_match")

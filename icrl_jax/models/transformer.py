@@ -38,6 +38,7 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         ngram_positions=(),
         ngram_max=1,
         ngram_shuffle=False,  # ablation: matches moved to random causal keys
+        ngram_latest=False,  # read only the most recent match (not all matches uniformly)
     ))
 
 
@@ -119,6 +120,7 @@ class Transformer(nn.Module):
     ngram_positions: tuple[int, ...] = ()
     ngram_max: int = 1
     ngram_shuffle: bool = False
+    ngram_latest: bool = False
 
     @classmethod
     def from_config(cls, config, **overrides) -> "Transformer":
@@ -190,7 +192,8 @@ class Transformer(nn.Module):
             raise ValueError("n-gram layers (ngram_positions="
                              f"{self.ngram_positions}) need ngram_ids")
         # The patterns depend only on the ids: computed once, shared by every position.
-        weights_by_n = (ngram_weights(ngram_ids, self.ngram_max, self.ngram_shuffle)
+        weights_by_n = (ngram_weights(ngram_ids, self.ngram_max, self.ngram_shuffle,
+                                      latest=self.ngram_latest)
                         if self.ngram_positions else [])
 
         def ngram_layers(x, after: int):
