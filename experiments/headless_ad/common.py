@@ -58,10 +58,13 @@ def darkroom_quick_preset(**extra):
 #: (eps 0.1 -> 0): with eps 0.5 the distilled model copied with p ~ 0.35 and its own sampled
 #: replays of long random-walk paths failed.
 #: The copy needs "which action was taken at this cell on the paying path": observation n-gram
-#: layers (n = 1, 2, 3, before the first block) hand every step the actions taken after the same
-#: 1-3 cells earlier (models/ngram.py); without them 2,000 updates did not learn to copy.
+#: layers (n = 1, 2, 3, before the first block) that read each step's most recent earlier visit
+#: of the same 1-3 cells (`ngram_latest`; models/ngram.py). Without n-gram layers 2,000 updates
+#: did not learn to copy; reading all visits uniformly drowns a single paying episode among the
+#: exploration before it. Sampling at temperature 0.5 (of 1, 0.5, 0.3, on the train action set).
 DARKROOM_REPLAY = {"data.source": "episode_replay",
                    "data.source_kwargs": {"eps_start": 0.1, "eps_end": 0.0, "decay_fraction": 0.8,
                                          "key_by": "cell"},
                    "model.ngram_positions": (0,), "model.ngram_max": 3,
-                   "model.ngram_match": "observation", "train.num_steps": 4000}
+                   "model.ngram_match": "observation", "model.ngram_latest": True,
+                   "eval.temperature": 0.5}
