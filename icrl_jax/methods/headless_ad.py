@@ -102,8 +102,9 @@ def prompt_attention_mask(action_mask: jax.Array, length: int) -> jax.Array:
 def with_prompt_ids(ngram_ids: jax.Array, num_prompt: int) -> jax.Array:
     """Step ids `(B, L[, K])` -> `(B, num_prompt + L, K)` with the prompt's ids in front.
 
-    Prompt token p gets -(p + 1) in every component: unique, and never equal to a step's ids
-    (whose first component, an action id, is >= 0), so prompt tokens match nothing.
+    Prompt token p gets -(p + 1) in every component: unique, and never a step's id (ids of
+    actions and discrete observations are >= 0; as float bit patterns these small negative
+    integers are NaNs), so prompt tokens match nothing.
     """
     ids = ngram_ids if ngram_ids.ndim == 3 else ngram_ids[..., None]
     batch, _, parts = ids.shape
