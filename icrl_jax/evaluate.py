@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.data.sources import ParamSource, Source
-from icrl_jax.models.heads import select_actions
+from icrl_jax.models.heads import checked_temperature, select_actions
 
 
 @flax.struct.dataclass
@@ -210,9 +210,7 @@ def in_context_source(method, params, env, context_len: int, greedy: bool,
     no longer than `context_len`, methods that can decode incrementally do (see
     `InContextPolicy.cached`). `temperature` (> 0) divides the logits before sampling.
     """
-    if not float(temperature) > 0.0:
-        raise ValueError(f"eval.temperature must be > 0 (use eval.greedy=True for the argmax), "
-                         f"got {temperature}")
-    policy = InContextPolicy(method, env, context_len, bool(greedy), max_steps, float(temperature))
+    policy = InContextPolicy(method, env, context_len, bool(greedy), max_steps,
+                             checked_temperature(temperature))
     return ParamSource(policy, params,
                        name=f"{method.name}_in_context")

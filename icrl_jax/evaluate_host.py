@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from envs.host.bridge import HostStep
 from icrl_jax.evaluate import context_policy_action, empty_context, record_outcome
+from icrl_jax.models.heads import checked_temperature
 
 
 class InContextHostPolicy:
@@ -37,11 +38,9 @@ class InContextHostPolicy:
     def __init__(self, method, params: Any, context_len: int, num_actions: int,
                  observation_shape: tuple[int, ...], observation_dtype=jnp.uint8,
                  greedy: bool = False, temperature: float = 1.0):
-        if not float(temperature) > 0.0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
         self.method, self.params, self.context_len = method, params, int(context_len)
         self.num_actions, self.greedy = int(num_actions), bool(greedy)
-        self.temperature = float(temperature)
+        self.temperature = checked_temperature(temperature)
         self.observation = jax.ShapeDtypeStruct(tuple(observation_shape), observation_dtype)
         # Methods with a pixel encoder keep features in the context: each frame is encoded
         # once when it arrives instead of at all L steps it spends in the window.

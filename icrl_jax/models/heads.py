@@ -34,6 +34,14 @@ def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array, action_mask: j
     return -(target * jnp.where(action_mask, log_probs, 0.0)).sum(-1)
 
 
+def checked_temperature(temperature) -> float:
+    """The sampling temperature as a float, or a clear error when it is not > 0."""
+    if not float(temperature) > 0.0:
+        raise ValueError(f"sampling temperature must be > 0 (eval.greedy=True takes the argmax), "
+                         f"got {temperature}")
+    return float(temperature)
+
+
 def select_actions(key: jax.Array, logits: jax.Array, action_mask: jax.Array,
                    greedy: bool | jax.Array, temperature: float = 1.0) -> jax.Array:
     """Sample from softmax(logits / temperature) (or take the argmax) of masked logits `(..., A)`
