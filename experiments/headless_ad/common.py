@@ -62,7 +62,11 @@ def darkroom_quick_preset(**extra):
 #: of the same 1-3 cells (`ngram_latest`; models/ngram.py). Without n-gram layers 2,000 updates
 #: did not learn to copy; reading all visits uniformly drowns a single paying episode among the
 #: exploration before it. Sampling at temperature 0.5 (of 1, 0.5, 0.3, on the train action set).
-DARKROOM_REPLAY = {"data.source": "episode_replay",
+#: 8,000 updates: at 2,000 the model often took its own repeated path for a replay before any
+#: success (n-gram matches without the reward that should gate them) and looped, so whole rollouts
+#: never found the goal; by 8,000 that is rare.
+DARKROOM_REPLAY = {"train.num_steps": 8000,
+                   "data.source": "episode_replay",
                    "data.source_kwargs": {"eps_start": 0.1, "eps_end": 0.0, "decay_fraction": 0.8,
                                          "key_by": "cell"},
                    "model.ngram_positions": (0,), "model.ngram_max": 3,

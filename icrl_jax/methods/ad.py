@@ -11,7 +11,7 @@ import ml_collections
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.heads import smoothed_cross_entropy
-from icrl_jax.models.ngram import get_ngram_ids
+from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
 from icrl_jax.models.transformer import Transformer
 
@@ -94,8 +94,7 @@ class AD:
         smoothing = model_config.label_smoothing
         self.label_smoothing = smoothing if isinstance(smoothing, jax.Array) else float(smoothing)
         # Step ids for the n-gram layers, computed from each window (None: no n-gram layers).
-        self.ngram_ids = (get_ngram_ids(model_config.get("ngram_match", "transition"))
-                          if model_config.get("ngram_positions") else None)
+        self.ngram_ids = config_ngram_ids(model_config)
         encoder = observation_encoder(model_config)
         if encoder is not None and num_observations is not None:
             raise ValueError("a pixel observation encoder needs num_observations=None, got "

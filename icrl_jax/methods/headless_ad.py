@@ -31,7 +31,7 @@ import ml_collections
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import MASKED_LOGIT, mask_logits
-from icrl_jax.models.ngram import get_ngram_ids
+from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
 from icrl_jax.models.transformer import Transformer
 
@@ -236,8 +236,7 @@ class HeadlessAD:
         self.embedding_kind = model_config.embeddings
         self.embed_dim = int(model_config.action_embed_dim)
         # N-gram induction-head layers (models/ngram.py), as in AD: step ids per window.
-        self.ngram_ids = (get_ngram_ids(model_config.get("ngram_match", "transition"))
-                          if model_config.get("ngram_positions") else None)
+        self.ngram_ids = config_ngram_ids(model_config)
         self.model = HeadlessADModel(num_observations, model_config.d_model, self.embed_dim,
                                      bool(model_config.prompt),
                                      Transformer.from_config(model_config), grid_size,

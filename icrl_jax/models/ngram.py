@@ -64,6 +64,14 @@ def get_ngram_ids(name: str) -> NGramIds:
     return NGRAM_IDS[name]
 
 
+def config_ngram_ids(model_config) -> NGramIds | None:
+    """The step-id function of a model config's n-gram layers (`ngram_match`, default
+    "transition"); None when it has none (`ngram_positions` empty)."""
+    if not model_config.get("ngram_positions"):
+        return None
+    return get_ngram_ids(model_config.get("ngram_match", "transition"))
+
+
 def token_equality(ids: jax.Array) -> jax.Array:
     """int `(B, L)` or `(B, L, K)` -> bool `(B, L, L)`: step i equals step m (all K components)."""
     if ids.ndim == 2:
@@ -171,6 +179,6 @@ def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
 
 
 __all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids", "register_ngram_ids",
-                          "get_ngram_ids", "token_equality", "ngram_pattern", "shuffle_pattern",
-                          "ngram_attention", "NGramHead", "NGramLayer", "ngram_weights",
-                          "latest_match")
+                          "get_ngram_ids", "config_ngram_ids", "token_equality", "ngram_pattern",
+                          "shuffle_pattern", "ngram_attention", "NGramHead", "NGramLayer",
+                          "ngram_weights", "latest_match")
