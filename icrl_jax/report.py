@@ -197,7 +197,7 @@ def plot_darkroom_success(collected: dict, path: str) -> str | None:
         ax.bar(np.arange(len(variants)) + i * width, means, width, yerr=stds, label=label)
     ax.set_xticks(np.arange(len(variants)) + 0.4 - width / 2)
     ax.set_xticklabels([v.replace("__", "\n") for v in variants], fontsize=7)
-    ax.set_ylabel("success rate (last episode)")
+    ax.set_ylabel("success rate (last `eval.final_window` episodes)")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, axis="y")
