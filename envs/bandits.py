@@ -223,6 +223,10 @@ class BernoulliBandit(_Bandit):
     def reset_env(self, key, params):
         return jnp.int32(0), BanditState(time=jnp.int32(0))
 
+    def get_obs(self, state, params=None, key=None) -> jax.Array:
+        """The (constant) observation of any state: int32 0."""
+        return jnp.int32(0)
+
     def step_env(self, key, state, action, params):
         reward = (jax.random.uniform(key) < params.means[action]).astype(jnp.float32)
         return (jnp.int32(0), BanditState(time=state.time + 1), reward, jnp.bool_(True),
@@ -301,6 +305,10 @@ class ContextualBandit(_Bandit):
     def reset_env(self, key, params):
         context = self._context(key)
         return context, ContextualBanditState(context=context, time=jnp.int32(0))
+
+    def get_obs(self, state, params=None, key=None) -> jax.Array:
+        """The observation of `state`: its context, float32 `(context_dim,)`."""
+        return state.context
 
     def _pull(self, key, state, action, params):
         k_noise, k_ctx = jax.random.split(key)

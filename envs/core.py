@@ -8,7 +8,11 @@ Every environment subclasses gymnax's `Environment` (gymnax >= 1.0: `step` retur
 * **Auto-reset keeps the task.** gymnax's `step` resets the episode when it ends but keeps `params`,
   so one stream of steps under fixed params is a learning history across many episodes.
 * **Actions are int32 indices** into a per-task action list padded to `num_actions`; the params'
-  `action_mask` (bool, `(num_actions,)`) says which are available.
+  `action_mask` (bool, `(num_actions,)`) says which are available. `ICRLEnv.step` raises
+  `InvalidActionError` for an unavailable concrete action; under `jit`/`vmap` (a traced action) it
+  cannot raise, so an action out of range or masked out is a no-op: the state stays as it was,
+  the observation is the current state's (`get_obs`), reward 0, not terminated or truncated, and
+  `info["invalid_action"]` is True. `transition` (the data-generation hot path) has no such guard.
 * **Observations** are either discrete ids (int32 scalars, `num_observations` of them) or float32
   vectors of shape `observation_shape`.
 """
@@ -46,16 +50,49 @@ class ICRLEnv(environment.Environment):
         return params.action_mask
 
     def step(self, key, state, action, params=None):
-        """gymnax `step`, plus an eager check that a concrete action is in the action set.
+        """gymnax `step` with defined behaviour for actions outside the task's action set.
 
-        Under `jit` the action is a tracer and cannot raise; callers that feed model actions
-        validate them at their own boundary (see `check_actions`).
+        * Concrete action and mask (eager): an unavailable action raises `InvalidActionError`.
+        * Traced (under `jit`/`vmap`), where nothing can raise: an action outside
+          `[0, num_actions)` or masked out by `action_mask(params)` is a no-op. The state is
+          returned unchanged (no time step, no auto-reset), the observation is the current state's
+          (`get_obs(state, params)`), the reward 0, terminated and truncated False (and so are
+          info's; its `final_observation` is the current observation and `discount` 1).
+
+        `info["invalid_action"]` (bool) is always present and says which case happened; a valid
+        action gives exactly `transition`'s results. The guard costs one extra observation and a
+        select per step, so data generation calls `transition`, which has none. A non-integer
+        action dtype raises `InvalidActionError` in both cases (the dtype is known while tracing).
         """
         if params is None:
             params = self.default_params
-        if not isinstance(action, jax.core.Tracer) and not isinstance(params.action_mask, jax.core.Tracer):
-            check_actions(np.asarray(action), np.asarray(self.action_mask(params)))
-        return self.transition(key, state, action, params)
+        mask = self.action_mask(params)
+        if not isinstance(action, jax.core.Tracer) and not isinstance(mask, jax.core.Tracer):
+            check_actions(np.asarray(action), np.asarray(mask))
+            *out, info = self.transition(key, state, action, params)
+            return (*out, {**info, "invalid_action": jnp.bool_(False)})
+        action = jnp.asarray(action)
+        if not jnp.issubdtype(action.dtype, jnp.integer):
+            raise InvalidActionError(f"actions must be integer indices, got dtype {action.dtype}")
+        # Step with an in-range action (any will do), then select the old state where invalid.
+        safe = jnp.clip(action, 0, self.num_actions - 1)
+        valid = (action >= 0) & (action < self.num_actions) & mask[safe]
+        obs, new_state, reward, terminated, truncated, info = self.transition(
+            key, state, safe, params)
+        current = self.get_obs(state, params)
+
+        def keep(new, old):
+            return jax.tree.map(lambda n, o: jnp.where(valid, n, o), new, old)
+
+        terminated, truncated = valid & terminated, valid & truncated
+        info = {**info, "terminated": terminated, "truncated": truncated,
+                "invalid_action": ~valid}
+        if "final_observation" in info:
+            info["final_observation"] = keep(info["final_observation"], current)
+        if "discount" in info:  # gymnax's 1 - done: the episode goes on
+            info["discount"] = jnp.where(valid, info["discount"], jnp.ones_like(info["discount"]))
+        return (keep(obs, current), keep(new_state, state),
+                jnp.where(valid, reward, jnp.zeros_like(reward)), terminated, truncated, info)
 
     def transition(self, key, state, action, params):
         """The jitted step behind `step`, without the eager action check.

@@ -128,6 +128,10 @@ class _Grid(ICRLEnv):
     def _steps(self) -> jax.Array:
         return jnp.int32(self.episode_length)
 
+    def get_obs(self, state, params=None, key=None) -> jax.Array:
+        """The observation of `state`: the agent's cell id, int32 `()`."""
+        return self.cell(state.pos)
+
     def observation_space(self, params=None) -> spaces.Discrete:
         return spaces.Discrete(self.num_observations)
 
@@ -180,6 +184,10 @@ class DarkRoom(_Grid):
         agent = (rows[:, None] == pos[0]) & (rows[None, :] == pos[1])
         red = jnp.array([255, 0, 0], jnp.uint8)
         return jnp.where(agent[..., None], red, jnp.uint8(0))
+
+    def get_obs(self, state, params=None, key=None) -> jax.Array:
+        """The observation of `state` (cell id or image, see `observe`)."""
+        return self.observe(state.pos)
 
     def observation_space(self, params=None):
         if not self.pixels:

@@ -111,6 +111,10 @@ class ButtonRoom(ICRLEnv):
         return jnp.concatenate([jax.nn.one_hot(self.cell(pos), self.num_cells),
                                 jax.nn.one_hot(params.goal, self.num_cells)])
 
+    def get_obs(self, state, params=None, key=None) -> jax.Array:
+        """The observation of `state` in the task `params` (see `observe`)."""
+        return self.observe(state.pos, self.default_params if params is None else params)
+
     def observation_space(self, params=None) -> spaces.Box:
         return spaces.Box(0.0, 1.0, self.observation_shape, jnp.float32)
 

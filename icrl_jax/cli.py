@@ -1,4 +1,4 @@
-"""`icrl-jax generate|train|evaluate --config experiments/<paper>/<exp>.py[:preset] [--config.x.y=v]`
+"""`icrl-jax generate|train|evaluate|report|sweep --config experiments/<paper>/<exp>.py[:preset] [--config.x.y=v]`
 
 * generate: learning histories of the configured source algorithm on the training tasks.
 * train: generate (if the dataset is missing), train, then evaluate (unless `--config.run.evaluate=False`).
@@ -11,111 +11,168 @@
 * sweep: with --config, the random hyperparameter search of `config.sweep` (resuming: finished
   assignments are skipped), results and EMP in the workdir; with --runs DIR (repeatable) and --out
   DIR, only plot the EMP of several finished sweeps together (labels: --labels, repeatable).
+
+Every command with --config runs through `icrl_jax.run` (`resolve_config`, then `run`).
+
+Bad input (an unknown command, config key, preset, method, environment or data source, a missing
+config file, a work directory holding another experiment) prints one line, `icrl-jax: <what is
+wrong>`, and exits with status 2; any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from icrl_jax.config import check_key
+from icrl_jax.errors import UserError, did_you_mean, unknown_name
+
 COMMANDS = ("generate", "train", "evaluate", "report", "sweep")
+USAGE = (f"icrl-jax {{{'|'.join(COMMANDS)}}} --config FILE[:preset] [--config.key=value ...], "
+         f"or icrl-jax {{report|sweep}} --runs DIR [--runs DIR ...] --out DIR")
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file, optionally with ':preset' (e.g. "
     "experiments/ad/darkroom.py:quick).", lock_config=True)
 
 
-_RUNS = flags.DEFINE_multi_string("runs", [], "report: run directories to aggregate.")
-_OUT = flags.DEFINE_string("out", "", "report: output directory (default <workdir>/report).")
+_RUNS = flags.DEFINE_multi_string("runs", [], "report/sweep: run directories to aggregate.")
+_OUT = flags.DEFINE_string("out", "", "report/sweep: output directory of the aggregate.")
 _LABELS = flags.DEFINE_multi_string("labels", [], "sweep: legend labels of the --runs sweeps.")
 
+# config_flags wraps an exception raised while loading the config file in a flag error whose
+# message starts with this (and holds the file's traceback).
+_CONFIG_FILE_FAILED = "Error whilst parsing config file"
 
-def _sweep() -> None:
-    from icrl_jax import pipeline, sweep
 
-    if _CONFIG.value is not None:
-        config = pipeline.resolve_config(_CONFIG.value)
-        sweep.run_sweep(config)
-        print(f"results: {config.workdir}/results.jsonl, EMP: {config.workdir}/emp.png")
-        return
+def _aggregate(command: str) -> None:
+    """`report|sweep --runs DIR ... --out DIR`: combine finished runs without training."""
     if not _RUNS.value or not _OUT.value:
-        raise app.UsageError("sweep needs --config FILE[:preset], or --runs DIR ... --out DIR")
-    summary = sweep.compare_sweeps(_RUNS.value, _OUT.value, _LABELS.value or None)
-    print(json.dumps(summary, indent=1))
-
-
-def _report() -> None:
-    from icrl_jax import pipeline, report
-
-    runs = list(_RUNS.value)
-    out = _OUT.value
-    if _CONFIG.value is not None:
-        config = pipeline.resolve_config(_CONFIG.value)
-        pipeline.run_seeds(config)
-        runs.append(config.workdir)
-        out = out or f"{config.workdir}/report"
-    if not runs or not out:
-        raise app.UsageError("report needs --config FILE[:preset], or --runs DIR ... --out DIR")
-    for name, path in report.write_report(runs, out).items():
+        raise UserError(f"{command} needs --config FILE[:preset], or --runs DIR ... --out DIR")
+    if command == "sweep":
+        from icrl_jax import sweep
+        summary = sweep.compare_sweeps(_RUNS.value, _OUT.value, _LABELS.value or None)
+        print(json.dumps(summary, indent=1))
+        return
+    from icrl_jax import report
+    for name, path in report.write_report(list(_RUNS.value), _OUT.value).items():
         print(f"{name}: {path}")
 
 
 def _run(argv: list[str]) -> None:
     # orbax and jax log every checkpoint step at INFO; the progress bars and summaries say enough.
     logging.set_verbosity(logging.WARNING)
-    from icrl_jax import pipeline
-
-    commands = [a for a in argv[1:]]
-    if len(commands) != 1 or commands[0] not in COMMANDS:
-        raise app.UsageError(f"usage: icrl-jax {{{'|'.join(COMMANDS)}}} --config FILE[:preset] "
-                             f"[--config.key=value ...]; got {commands or 'no command'}")
-    if commands[0] == "sweep":
-        return _sweep()
-    if commands[0] == "report":
-        return _report()
+    args = argv[1:]
+    if len(args) != 1:
+        raise UserError(f"expected one command, got {args or 'none'}; usage: {USAGE}")
+    command = args[0]
+    if command not in COMMANDS:
+        raise UserError(f"{unknown_name('command', command, COMMANDS)}; usage: {USAGE}")
     if _CONFIG.value is None:
-        raise app.UsageError("--config is required, e.g. --config experiments/ad/darkroom.py:quick")
-    config = pipeline.resolve_config(_CONFIG.value)
-    command = commands[0]
-    if config.get("runner"):  # an experiment with its own stages (host simulators: Miniworld)
-        import importlib
-        importlib.import_module(config.runner).run(config, command)
-        return None  # app.run exits with a returned value as the status
-    if config.method in pipeline.DT_METHOD_NAMES and command in ("generate", "train", "evaluate"):
-        pipeline.run_dt(config, command)
-    elif command == "generate":
-        pipeline.generate(config, force=True)
-    elif command == "train":
-        pipeline.train(config)
-    else:
-        pipeline.evaluate(config)
+        if command in ("report", "sweep"):
+            return _aggregate(command)
+        raise UserError(f"{command} needs --config FILE[:preset], e.g. "
+                        f"--config experiments/ad/darkroom.py:quick")
+    if _RUNS.value or _OUT.value or _LABELS.value:
+        raise UserError("--runs, --out and --labels aggregate finished runs and take no --config; "
+                        "with --config the outputs go to the config's workdir")
+    from icrl_jax import run as R
+    config = R.resolve_config(_CONFIG.value)
+    R.run(config, command)
+    return None  # app.run exits with a returned value as the status
 
 
-def _import_root_of_config(argv: list[str]) -> None:
-    """Make the package that holds the config file importable (configs import shared builders
-    such as `experiments.ad.grid_common`), whatever directory the command runs from."""
+def _config_arg(argv: list[str]) -> str | None:
+    """The value of `--config FILE[:preset]` (or `--config=...`) in argv, None if absent."""
     for i, arg in enumerate(argv):
-        value = arg.split("=", 1)[1] if arg.startswith("--config=") else (
-            argv[i + 1] if arg == "--config" and i + 1 < len(argv) else None)
-        if value is None:
-            continue
-        directory = os.path.dirname(os.path.abspath(value.split(":", 1)[0]))
-        while os.path.exists(os.path.join(directory, "__init__.py")):
-            directory = os.path.dirname(directory)
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
+        match = re.fullmatch(r"--?config(=(.*))?", arg, re.DOTALL)
+        if match and match.group(1):
+            return match.group(2)
+        if match and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _check_config_file(argv: list[str]) -> None:
+    """A missing config file is a user error (config_flags defers it to an OSError traceback)."""
+    value = _config_arg(argv)
+    if value is None:
+        return
+    path = value.split(":", 1)[0]
+    if os.path.isfile(path):
+        return
+    folder = os.path.dirname(path)
+    nearby = ([os.path.join(folder, f) for f in os.listdir(folder or ".") if f.endswith(".py")]
+              if os.path.isdir(folder or ".") else [])
+    raise UserError(f"config file {path!r} not found (in {os.getcwd()})"
+                    f"{did_you_mean(path, nearby)}")
+
+
+def _override_error(argv: list[str]) -> UserError | None:
+    """The error for the first `--config.a.b=v` naming a key the config lacks, None if all exist.
+
+    Loads the config the way config_flags does (same file, preset and lock).
+    """
+    value = _config_arg(argv)
+    overrides = [m.group(1) for m in (re.match(r"--?(?:no)?config\.([^=]+)", a) for a in argv) if m]
+    if value is None or not overrides:
+        return None
+    config = flags.FLAGS["config"].parser.parse(value)
+    for dotted in overrides:
+        try:
+            # The command line cannot add keys, not even to kwargs dicts: the config is locked.
+            check_key(config, dotted, free_form_kwargs=False)
+        except UserError as e:
+            return e
+    return None
+
+
+def _user_error_in(error: BaseException) -> UserError | None:
+    """The innermost `UserError` that `error` was raised from (config_flags and absl re-wrap a
+    config file's exceptions, with the file's traceback in the wrapper's message)."""
+    found, seen = None, set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, UserError):
+            found = error
+        error = error.__cause__ or error.__context__
+    return found
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with bad input on the command line raised as a `UserError`.
+
+    config_flags loads the config file while parsing `--config`, then applies the overrides; an
+    override of a key the locked config lacks escapes as a bare AttributeError or KeyError from
+    ml_collections, and a `UserError` from the config file (an unknown preset) as a flag error.
+    Those become `UserError`s; anything else (a bug in a config file) is raised unchanged.
+    """
+    _check_config_file(argv)
+    try:
+        return flags.FLAGS(argv)
+    except (AttributeError, KeyError, flags.Error) as e:
+        user = _user_error_in(e)
+        from_config_file = isinstance(e, flags.Error) and _CONFIG_FILE_FAILED in str(e)
+        if user is None and not from_config_file:
+            user = _override_error(argv)
+            if user is None and isinstance(e, flags.Error):
+                # A value that does not parse as its key's type, an unknown flag, ...
+                user = UserError(str(e))
+        if user is None:
+            raise
+        raise user from None
 
 
 def main() -> None:
-    _import_root_of_config(sys.argv)
     try:
-        app.run(_run)
-    except KeyError as e:  # unknown --config.* key: ml_collections raises KeyError
-        print(f"icrl-jax: configuration error: {e}", file=sys.stderr)
+        app.run(_run, flags_parser=_parse_flags)
+    except UserError as e:
+        print(f"icrl-jax: {e}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -3,17 +3,65 @@
 An experiment file defines `get_config(preset)`; it builds `base_config()`, sets the paper-scale
 defaults and applies a preset (a dict of dotted overrides) with `apply_preset`. The ConfigDict is
 locked, so a misspelt key on the command line (`--config.train.nun_steps=1`) fails with an error
-that names the key instead of silently adding it.
+that names the key and the nearest valid one instead of silently adding it.
+
+This module imports no model or training code (no flax, no orbax): the defaults of the model and
+train sections live here, so loading a config (the CLI, experiment files) stays cheap.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any, Mapping
 
 import ml_collections
 
-from icrl_jax.models.transformer import default_transformer_config
-from icrl_jax.train import default_train_config
+from icrl_jax.errors import UnknownNameError, UserError, did_you_mean
+
+
+def default_transformer_config() -> ml_collections.ConfigDict:
+    """Defaults of the shared transformer (`icrl_jax.models.transformer`): the `model` section."""
+    return ml_collections.ConfigDict(dict(
+        num_layers=2,
+        d_model=64,
+        num_heads=4,
+        mlp_ratio=4,
+        pre_norm=True,
+        position="learned",  # learned | rotary | none
+        max_len=256,  # longest sequence the learned position table covers
+        embedding_dropout=0.0,
+        residual_dropout=0.0,
+        attention_dropout=0.0,
+        normalize_qk=False,
+        causal=True,
+        # N-gram induction-head layers (models/ngram.py): inserted after these many blocks each
+        # (0 = before the first); empty = none. Each position gets the 1..ngram_max-gram layers.
+        ngram_positions=(),
+        ngram_max=1,
+        ngram_shuffle=False,  # ablation: matches moved to random causal keys
+        ngram_latest=False,  # read only the most recent match (not all matches uniformly)
+    ))
+
+
+def default_train_config() -> ml_collections.ConfigDict:
+    """Defaults of the trainer (`icrl_jax.train`): the `train` section."""
+    return ml_collections.ConfigDict(dict(
+        num_steps=2000,
+        batch_size=64,
+        seq_len=100,
+        steps_per_call=50,  # train steps fused into one jitted call (lax.scan)
+        learning_rate=3e-4,
+        warmup_steps=100,
+        min_lr_ratio=0.1,
+        weight_decay=1e-4,
+        b1=0.9,
+        b2=0.99,
+        grad_clip=1.0,
+        log_every=50,
+        checkpoint_every=500,
+        keep_checkpoints=2,
+    ))
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -61,6 +109,12 @@ def base_config() -> ml_collections.ConfigDict:
         evaluate=True,  # `train` evaluates when training ends
         progress=True,
     ))
+    # Logging options read by the trainer (metrics.jsonl and TensorBoard are always written).
+    config.log = ml_collections.ConfigDict(dict(
+        wandb=False,  # also log to Weights & Biases
+        wandb_project="icrl-jax",
+        wandb_mode="offline",  # offline | online | disabled
+    ))
     return config
 
 
@@ -85,30 +139,102 @@ def cpu_preset(*, train_steps: int, batch_size: int, seq_len: int, learning_rate
 
 def apply_preset(config: ml_collections.ConfigDict, presets: Mapping[str, Mapping[str, Any]],
                  preset: str) -> ml_collections.ConfigDict:
-    """Apply `presets[preset]` (dotted key -> value) to `config`; '' keeps the paper default."""
+    """Apply `presets[preset]` (dotted key -> value) to `config`; '' keeps the paper default.
+
+    Raises `UnknownNameError` (suggesting the nearest preset) for a preset not in `presets`.
+    """
     if preset and preset not in presets:
-        raise ValueError(f"unknown preset {preset!r}; available presets: "
-                         f"{sorted(presets) + ['(empty) = paper scale']}")
+        raise UnknownNameError(
+            f"unknown preset {preset!r}{did_you_mean(preset, presets)} (available: "
+            f"{', '.join(sorted(presets))}; or none for paper scale: the file without ':preset')")
     for dotted, value in presets.get(preset, {}).items():
         set_dotted(config, dotted, value)
     config.preset = preset
     return config
 
 
-def set_dotted(config: ml_collections.ConfigDict, dotted: str, value: Any) -> None:
-    """Set `a.b.c` in a nested ConfigDict, refusing keys that do not exist."""
-    *parents, leaf = dotted.split(".")
-    node = config
-    for i, part in enumerate(parents):
-        if part not in node:
-            raise KeyError(f"config has no key {'.'.join(parents[:i + 1])!r} (while setting {dotted!r})")
-        node = node[part]
+def _is_free_form(parents: list[str]) -> bool:
     # kwargs dicts (env.kwargs, data.source_kwargs) are free-form: their keys are the
     # constructor arguments of the named env or source, which are checked when it is built.
-    free_form = bool(parents) and parents[-1].endswith("kwargs")
-    if leaf not in node and not free_form:
-        raise KeyError(f"config has no key {dotted!r}; keys at that level: {sorted(node.keys())}")
+    return bool(parents) and parents[-1].endswith("kwargs")
+
+
+def check_key(config: ml_collections.ConfigDict, dotted: str, *,
+              free_form_kwargs: bool = True) -> None:
+    """Raise `UnknownNameError` unless `a.b.c` names a key of the nested `config`.
+
+    The message names the first missing part by its full dotted name and suggests the nearest key
+    at that level. With `free_form_kwargs`, a missing last key under a `*kwargs` dict is allowed
+    (`set_dotted` adds it); the command line cannot add keys, since config_flags locks the config.
+    """
+    parts = dotted.split(".")
+    node = config
+    for i, part in enumerate(parts):
+        parents = parts[:i]
+        where = ".".join(parents)
+        if not isinstance(node, (ml_collections.ConfigDict, dict)):
+            raise UnknownNameError(f"config key {where!r} holds a {type(node).__name__} value, "
+                                   f"not a section: it has no key {dotted!r}")
+        if part in node:
+            node = node[part]
+            continue
+        if i == len(parts) - 1 and free_form_kwargs and _is_free_form(parents):
+            return
+        prefix = where + "." if where else ""
+        keys = sorted(str(k) for k in node.keys())
+        missing = prefix + part
+        # Full dotted names: the shared prefix makes difflib find near misses of short keys.
+        hint = did_you_mean(missing, [prefix + k for k in keys])
+        if _is_free_form(parents):
+            hint += "; kwargs keys can only be added in the config file"
+        also = "" if missing == dotted else f" (while setting {dotted!r})"
+        listing = ", ".join(keys) if keys else "none"
+        raise UnknownNameError(f"config has no key {missing!r}{also}{hint} "
+                               f"(keys under {where or 'config'!r}: {listing})")
+
+
+def set_dotted(config: ml_collections.ConfigDict, dotted: str, value: Any) -> None:
+    """Set `a.b.c` in a nested ConfigDict; `UnknownNameError` for keys that do not exist.
+
+    Keys of `*kwargs` dicts are free-form and may be added.
+    """
+    check_key(config, dotted)
+    *parents, leaf = dotted.split(".")
+    node = config
+    for part in parents:
+        node = node[part]
     node[leaf] = value
+
+
+def check_workdir(config: ml_collections.ConfigDict) -> None:
+    """Refuse a work directory that holds another experiment's run.
+
+    Resuming, re-evaluating and overriding hyperparameters in place are fine; but a run of another
+    experiment, method or environment would mix its checkpoints and dataset with this one's.
+    Raises `UserError` naming both runs when `<workdir>/config.json` differs from `config` in
+    `experiment`, `method` or `env.name`.
+    """
+    path = os.path.join(config.workdir, "config.json")
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except json.JSONDecodeError as e:
+        raise UserError(f"work directory {config.workdir!r} has an unreadable config.json ({e}); "
+                        f"pass a new --config.workdir=DIR or remove it") from None
+
+    def identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
+        env = cfg.get("env") or {}
+        return {"experiment": cfg.get("experiment"), "method": cfg.get("method"),
+                "env.name": env.get("name")}
+
+    theirs, ours = identity(saved), identity(config)
+    if theirs != ours:
+        def describe(d):
+            return ", ".join(f"{k}={v!r}" for k, v in d.items())
+        raise UserError(f"work directory {config.workdir!r} holds another run ({describe(theirs)}),"
+                        f" not this one ({describe(ours)}); pass a new --config.workdir=DIR")
 
 
 def finalize(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
