@@ -1,5 +1,5 @@
 """In-context evaluation throughput: Headless-AD on Bernoulli bandits, with the key/value cache
-vs recomputing the whole context window at every step (`icrl_jax.evaluate.InContextPolicy`).
+vs recomputing the whole context window at every step (`icrl_jax.methods.in_context.InContextPolicy`).
 
 Both policies run the same rollout (same parameters, tasks and keys; they choose the same arms,
 see tests/test_headless_ad.py) in one `vmap(scan)` program each; we time the second call of each
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from envs.bandits import BernoulliBandit  # noqa: E402
 from icrl_jax.data.dataset import StepWindows  # noqa: E402
 from icrl_jax.data.histories import generate_histories  # noqa: E402
-from icrl_jax.evaluate import in_context_source  # noqa: E402
+from icrl_jax.methods.in_context import in_context_source  # noqa: E402
 from icrl_jax.methods.headless_ad import HeadlessAD, default_headless_config  # noqa: E402
 from icrl_jax.models.transformer import default_transformer_config  # noqa: E402
 

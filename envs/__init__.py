@@ -5,28 +5,40 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 from envs.bandits import BernoulliBandit, ContextualBandit
-from envs.core import ICRLEnv, InvalidActionError, check_actions, stack_params
+from envs.core import BANDIT, EPISODIC, EnvSpec, ICRLEnv, InvalidActionError, check_actions, stack_params
 from envs.darkroom import (CompositeDarkRoom, DarkRoom, KeyToDoor, composite_actions,
                            headless_ad_action_sets, split_actions)
 from envs.multidiscrete import ButtonRoom
+from envs.host.specs import HostEnv, MiniworldRoom, ViZDoom
 from envs.tasks import split_tasks
+from icrl_jax.errors import UserError, unknown_name
 
-REGISTRY: dict[str, type[ICRLEnv]] = {
+REGISTRY: dict[str, Callable[..., EnvSpec]] = {
     "bernoulli_bandit": BernoulliBandit,
     "contextual_bandit": ContextualBandit,
     "darkroom": DarkRoom,
     "darkroom_composite": CompositeDarkRoom,
     "key_to_door": KeyToDoor,
     "button_room": ButtonRoom,  # multi-discrete (move, press) actions: envs/multidiscrete.py
+    # Host simulators behind the bridge (envs/host/specs.py).
+    "miniworld_darkroom": functools.partial(MiniworldRoom, "darkroom"),
+    "miniworld_key_to_door": functools.partial(MiniworldRoom, "key_to_door"),
+    "vizdoom": ViZDoom,
 }
 
 
-def make(name: str, **kwargs) -> ICRLEnv:
+def make(name: str, **kwargs) -> EnvSpec:
     """Build the environment registered as `name` with constructor kwargs."""
     if name not in REGISTRY:
-        raise ValueError(f"unknown environment {name!r}; valid names: {sorted(REGISTRY)}")
-    return REGISTRY[name](**kwargs)
+        raise unknown_name("environment", name, REGISTRY)
+    try:
+        return REGISTRY[name](**kwargs)
+    except TypeError as e:
+        raise UserError(f"bad env.kwargs for environment {name!r}: {e}") from e
 
 
 __all__ = [

@@ -35,7 +35,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from envs.core import ICRLEnv
+from envs.core import BANDIT, ICRLEnv
 from envs.tasks import as_task_ids, task_key
 
 #: Index parity (i % 2) of the arms that are "high" (mu in [0.5, 1]) in a non-inverted train task.
@@ -124,6 +124,7 @@ class _Bandit(ICRLEnv):
 
     #: Bandit tasks are drawn from a distribution: any int32 id is a task.
     num_tasks = None
+    kind = BANDIT
 
     def action_space(self, params=None) -> spaces.Discrete:
         return spaces.Discrete(self.max_arms)

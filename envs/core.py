@@ -31,8 +31,16 @@ class InvalidActionError(ValueError):
     """An action index outside the task's available action set."""
 
 
-class ICRLEnv(environment.Environment):
-    """Base class: adds the static metadata that models and data pipelines need."""
+BANDIT, EPISODIC = "bandit", "episodic"
+
+
+class EnvSpec:
+    """What an environment is: the static metadata that models, data and evaluation read.
+
+    Shared by JAX-native envs (`ICRLEnv`) and host simulators behind the bridge
+    (`envs.host.specs.HostEnv`). Shared code reads these typed attributes; it never probes an env
+    with `hasattr`.
+    """
 
     #: Padded (maximum) number of actions; actions are indices in [0, num_actions).
     num_actions: int
@@ -40,14 +48,58 @@ class ICRLEnv(environment.Environment):
     num_observations: int | None = None
     #: Shape of one observation (() for discrete ids).
     observation_shape: tuple[int, ...] = ()
+    #: BANDIT (every step is an episode; scored by expected regret, `expected_rewards` defined)
+    #: or EPISODIC (scored by episode returns).
+    kind: str = EPISODIC
+    #: Steps per episode when episodes have a fixed time limit (None for bandits).
+    episode_length: int | None = None
+    #: Size of a finite task set (task ids 0..num_tasks-1), or None for unlimited tasks.
+    num_tasks: int | None = None
+    #: Side of the square grid whose cells the observation ids number (None: not a grid).
+    grid_size: int | None = None
+    #: Whether `expert_action(state, params)` gives a privileged expert's action.
+    has_oracle: bool = False
+    #: Whether observations are uint8 images.
+    pixels: bool = False
+    #: Whether the env runs in a host simulator behind the bridge (False: JAX-native).
+    host: bool = False
+    #: Whether actions are float32 vectors of size `action_dim` (else int32 indices).
+    continuous_actions: bool = False
+    action_dim: int = 0
 
     @property
     def discrete_observations(self) -> bool:
         return self.num_observations is not None
 
+    @property
+    def action_dims(self) -> tuple[int, ...]:
+        """Values per component of a (multi-)discrete action: `(num_actions,)` unless the env
+        factors its actions (then `num_actions == prod(action_dims)`)."""
+        return (self.num_actions,)
+
+    def split_action(self, action: jax.Array) -> jax.Array:
+        """Flat action int `(...)` -> components int32 `(..., len(action_dims))`."""
+        return jnp.asarray(action, jnp.int32)[..., None]
+
+    def join_action(self, components: jax.Array) -> jax.Array:
+        """Components int `(..., len(action_dims))` -> the flat action int32 `(...)`."""
+        return jnp.asarray(components, jnp.int32)[..., 0]
+
+    def expected_rewards(self, state: Any, params: Any) -> jax.Array:
+        """Bandits: the expected reward of every arm, float32 `(num_actions,)`."""
+        raise TypeError(f"{type(self).__name__} is {self.kind}, not a bandit: no expected rewards")
+
+    def expert_action(self, state: Any, params: Any) -> jax.Array:
+        """The privileged expert's action (envs with `has_oracle`)."""
+        raise TypeError(f"{type(self).__name__} has no privileged expert (has_oracle=False)")
+
     def action_mask(self, params: Any) -> jax.Array:
         """Available actions of a task, bool `(num_actions,)`."""
         return params.action_mask
+
+
+class ICRLEnv(EnvSpec, environment.Environment):
+    """Base class of the JAX-native environments (gymnax `Environment` + `EnvSpec`)."""
 
     def step(self, key, state, action, params=None):
         """gymnax `step` with defined behaviour for actions outside the task's action set.

@@ -107,6 +107,7 @@ class _Grid(ICRLEnv):
         if size < 2:
             raise ValueError(f"grid size must be >= 2, got {size}")
         self.size = int(size)
+        self.grid_size = self.size
         self.episode_length = int(episode_length)
         self.num_observations = self.size * self.size
         self.centre = np.array([self.size // 2, self.size // 2], np.int32)

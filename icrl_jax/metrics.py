@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -94,3 +96,65 @@ def assignments_to_reach(scores, target: float) -> int | None:
     mean, _ = expected_max_performance(scores)
     reached = np.nonzero(mean >= target)[0]
     return int(reached[0]) + 1 if reached.size else None
+
+
+def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
+                   final_window: int = 1) -> tuple[dict[str, float], np.ndarray]:
+    """The metrics of one policy's rollouts, and its mean curve (one definition for every stage).
+
+    Args:
+      kind: "bandit" (scored by expected regret; `rollout` has `expected_reward` and
+        `optimal_expected_reward`) or "episodic" (scored by episode returns).
+      rollout: `(N, T)` arrays `rewards`, `dones` (and the bandit info).
+      final_window: steps (bandits) or episodes (episodic) the final scores average.
+    Returns:
+      bandits: `final_regret` (cumulative, after the last step), `final_step_regret` (the last
+      `final_window` steps); curve = mean cumulative regret `(T,)`.
+      episodic: `first_episode_return`; `last_episode_return` (each rollout's OWN last complete
+      episode: with episodes that end early, rollouts complete different numbers of episodes, and
+      a column-wise "last episode" would average only the fastest rollouts); `success` (mean
+      return of each rollout's last `final_window` episodes); `mean_return` (all complete
+      episodes); `episodes` (mean complete episodes per rollout); curve = mean return per episode
+      index, over the indices at least half of the rollouts reached.
+    """
+    if kind == "bandit":
+        step_regret = np.asarray(rollout["optimal_expected_reward"] - rollout["expected_reward"],
+                                 np.float64)
+        regret = np.cumsum(step_regret, axis=1)
+        return dict(final_regret=float(regret[:, -1].mean()),
+                    final_step_regret=float(step_regret[:, -int(final_window):].mean())
+                    ), regret.mean(0)
+    returns = np.asarray(episode_returns(rollout["rewards"], rollout["dones"], num_steps))
+    reached = ~np.isnan(returns)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # rollouts without a complete episode
+        metrics = dict(first_episode_return=float(np.nanmean(returns[:, 0])),
+                       last_episode_return=float(np.nanmean(last_episodes(returns, 1))),
+                       success=float(np.nanmean(last_episodes(returns, int(final_window)))),
+                       mean_return=float(np.nanmean(returns)),
+                       episodes=float(reached.sum(1).mean()))
+        curve = np.nanmean(returns[:, reached.mean(0) >= 0.5], 0)
+    return metrics, curve
+
+
+def summarise(kind: str, rollouts: dict[str, dict[str, np.ndarray]], num_steps: int,
+              final_window: int = 1) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """`policy_metrics` of every policy as `{policy}_{metric}`, plus the model's normalised
+    scores (0 = random, 1 = source) when both baselines ran; and the curves per policy.
+
+    `normalised_score` compares the cumulative regret (bandits) or each rollout's last complete
+    episode return (episodic tasks); bandits also get `final_step_score`, the Headless-AD
+    paper's score, from the expected regret of the last `final_window` steps.
+    """
+    results, curves = {}, {}
+    for name, rollout in rollouts.items():
+        metrics, curves[name] = policy_metrics(kind, rollout, num_steps, final_window)
+        results.update({f"{name}_{k}": v for k, v in metrics.items()})
+    scores = ({"normalised_score": "final_regret", "final_step_score": "final_step_regret"}
+              if kind == "bandit" else {"normalised_score": "last_episode_return"})
+    for score, key in scores.items():
+        if {f"model_{key}", f"random_{key}", f"source_{key}"} <= set(results):
+            with np.errstate(invalid="ignore", divide="ignore"):  # source == random: NaN
+                results[score] = float(normalised_score(
+                    results[f"model_{key}"], results[f"random_{key}"], results[f"source_{key}"]))
+    return results, curves

@@ -26,24 +26,25 @@ import json
 import math
 import os
 import time
-import types
 from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
+import envs
 from icrl_jax import metrics as M
+from icrl_jax import train as T
 from icrl_jax.config import finalize, set_dotted
-from icrl_jax.data.dataset import (StepWindows, check_dataset, sample_windows,
-                                   subsample_episodes, to_step_windows)
-from icrl_jax.train import TrainState, gradient_step, make_optimizer
+from icrl_jax.data.builders import open_dataset, task_split
+from icrl_jax.data.rollout import run_policies
+from icrl_jax.data.sources import build_source, uniform_random
+from icrl_jax.data.train_data import TrainData
+from icrl_jax.methods import build_method
 
 #: Hyperparameters that never change a shape: traced, hence shared by one program and vmapped.
-VMAPPED = ("train.learning_rate", "train.weight_decay", "model.embedding_dropout",
-           "model.residual_dropout", "model.label_smoothing")
+VMAPPED = T.REPLICA_HYPERPARAMETERS
 DISTRIBUTIONS = ("uniform", "log_uniform", "choice")
 
 
@@ -152,131 +153,44 @@ def assignment_config(config: ml_collections.ConfigDict, assignment: dict[str, A
     return finalize(out)
 
 
-class _Mapping(dict):
-    """A dict read by attribute too: a model config whose rates may be traced arrays."""
+def train_assignments(config, env, data: TrainData, assignments: Sequence[dict[str, Any]],
+                      seeds: Sequence[int], workdir: str, vmapped: bool = True):
+    """Train assignments of one group through the main trainer (`train.train_replicas`): side
+    by side in one vmapped program (`vmapped`), or one by one (K = 1 each).
 
-    __getattr__ = dict.__getitem__
-
-
-def replica_method(config, env, hyper: dict[str, jax.Array]):
-    """The configured method with the vmapped hyperparameters (`hyper`, traced) substituted."""
-    from icrl_jax.pipeline import build_method
-
-    model = _Mapping(config.model.to_dict())
-    model.update({k.split(".", 1)[1]: v for k, v in hyper.items() if k.startswith("model.")})
-    proxy = types.SimpleNamespace(method=config.method, env=config.env, model=model)
-    return build_method(proxy, env)
-
-
-def replica_optimizer(config, hyper: dict[str, jax.Array]) -> optax.GradientTransformation:
-    """`train.make_optimizer` with a traced learning rate and weight decay.
-
-    optax's schedules branch on the peak value in Python, so the schedule is built for a peak of
-    1 and the update scaled by the learning rate afterwards: warmup and cosine decay are linear in
-    the peak, so this is the same optimiser.
+    Returns `(params, metrics)`: params stacked over the K assignments, and the final
+    `{loss, accuracy}` of each `(K,)` from the last logged step.
     """
-    train = dict(config.train.to_dict(), learning_rate=1.0,
-                 weight_decay=hyper["train.weight_decay"])
-    return optax.chain(make_optimizer(types.SimpleNamespace(**train)),
-                       optax.scale(hyper["train.learning_rate"]))
+    hypers = T.replica_hyperparameters(config, assignments)
+    signature = dict(sweep_group=group_key(assignments[0]), method=config.method,
+                     env=config.env.name)
 
-
-def hyper_arrays(config, assignments: Sequence[dict[str, Any]]) -> dict[str, jax.Array]:
-    """float32 `(K,)` per vmapped key: the assignment's value, else the config's."""
-    def value(a, dotted):
-        section, key = dotted.split(".")
-        return a.get(dotted, config[section][key])
-    return {k: jnp.asarray([value(a, k) for a in assignments], jnp.float32) for k in VMAPPED}
-
-
-def make_replica_trainer(config, env, vmapped: bool):
-    """Build `(init, train_steps)` for one group's config.
-
-    `init(hypers, keys) -> TrainState`; `train_steps(hypers, state, data, keys) -> (state,
-    metrics)` runs `train.steps_per_call` steps in a `lax.scan`. With `vmapped`, `hypers` are
-    `(K,)` arrays, `keys` `(K,)` and every state leaf has a leading K; otherwise one replica's
-    scalars. Step t of a replica uses `fold_in(key, t)` exactly as `train.make_train_step` does.
-    """
-    tc = config.train
-
-    def init_one(hyper, key, data):
-        method, optimizer = replica_method(config, env, hyper), replica_optimizer(config, hyper)
-        init_key = jax.random.fold_in(key, 2**31 - 1)
-        params = method.init(init_key, sample_windows(data, init_key, 1, tc.seq_len))
-        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
-
-    def step_one(hyper, state, data, key):
-        method, optimizer = replica_method(config, env, hyper), replica_optimizer(config, hyper)
-        sample_key, dropout_key = jax.random.split(jax.random.fold_in(key, state.step))
-        batch = sample_windows(data, sample_key, tc.batch_size, tc.seq_len)
-        return gradient_step(method, optimizer, state, batch, dropout_key)
-
-    if vmapped:
-        init_one = jax.vmap(init_one, in_axes=(0, 0, None))
-        step_one = jax.vmap(step_one, in_axes=(0, 0, None, 0))
-
-    def train_steps(hypers, state, data, keys):
-        def body(state, _):
-            return step_one(hypers, state, data, keys)
-        return jax.lax.scan(body, state, None, length=tc.steps_per_call)
-
-    return jax.jit(init_one), jax.jit(train_steps, donate_argnums=1)
-
-
-_TRAINERS: dict[tuple, tuple] = {}
-# Envs and evaluation methods per config, so a resumed sweep in the same process (and every
-# chunk of a group) reuses the compiled rollout: the rollout program is keyed on both objects.
-_ENVS: dict[str, Any] = {}
-_EVAL_METHODS: dict[str, Any] = {}
-
-
-def train_assignments(config, env, data: StepWindows, assignments: Sequence[dict[str, Any]],
-                      seeds: Sequence[int], vmapped: bool = True):
-    """Train assignments of one group (all steps): side by side (`vmapped`) or one by one.
-
-    Returns `(params, metrics)`: params stacked over the K assignments, metrics
-    `{name: (K, steps_per_call)}` of the last call.
-    """
-    if config.train.num_steps % config.train.steps_per_call:
-        raise ValueError(f"train.num_steps={config.train.num_steps} must be a multiple of "
-                         f"train.steps_per_call={config.train.steps_per_call}")
-    hypers = hyper_arrays(config, assignments)
-    keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-    # One jitted trainer per group config, reused by every chunk (and every one-by-one run).
-    cache_key = (config.to_json(sort_keys=True), type(env).__name__, vmapped)
-    if cache_key not in _TRAINERS:
-        _TRAINERS[cache_key] = make_replica_trainer(config, env, vmapped)
-    init, train_steps = _TRAINERS[cache_key]
-    calls = config.train.num_steps // config.train.steps_per_call
-
-    def run(hyper, key):
-        state = init(hyper, key, data)
-        metrics = None
-        for _ in range(calls):  # one jitted call per steps_per_call steps, not per step
-            state, metrics = train_steps(hyper, state, data, key)
+    def run(indices, directory):
+        hyper = {k: v[np.asarray(indices)] for k, v in hypers.items()}
+        state, metrics = T.train_replicas(lambda model: build_method(config, env, model), config,
+                                          data, directory, signature,
+                                          [seeds[i] for i in indices], hyper)
+        if metrics is None:  # already trained (a resumed sweep): no call was left to run
+            metrics = {k: np.full(len(indices), np.nan) for k in ("loss", "accuracy")}
         return state.params, metrics
 
-    if vmapped:  # the scan stacks metrics (steps, K): report (K, steps) as one by one does
-        params, metrics = run(hypers, keys)
-        return jax.device_get((params, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), metrics)))
-    outs = [run({k: v[i] for k, v in hypers.items()}, keys[i]) for i in range(len(assignments))]
-    return jax.device_get(jax.tree.map(lambda *x: jnp.stack(x), *outs))
+    if vmapped:
+        params, metrics = run(list(range(len(assignments))), workdir)
+        return params, {k: np.asarray(v) for k, v in metrics.items()}
+    outs = [run([i], os.path.join(workdir, f"replica_{i}")) for i in range(len(assignments))]
+    params = jax.tree.map(lambda *x: np.concatenate(x), *[p for p, _ in outs])
+    return params, {k: np.concatenate([np.asarray(m[k]) for _, m in outs])
+                    for k in ("loss", "accuracy")}
 
 
-def group_data(history, env, group_config, cache: dict | None = None) -> StepWindows:
-    """The training windows of one group's config: `history` with every `data.subsample`-th
-    episode kept, checked against the group's context length. `cache` (subsample -> data) lets
-    the groups of one sweep share each subsampled dataset."""
+def group_data(dataset, env, group_config, cache: dict | None = None) -> TrainData:
+    """The training data of one group's config (its `data.subsample` and context length),
+    checked; `cache` lets the groups of one sweep share each dataset."""
     cache = {} if cache is None else cache
-    every = int(group_config.data.subsample)
-    if every not in cache:
-        kept, lengths = subsample_episodes(history, every)
-        cache[every] = (kept, lengths, jax.device_put(to_step_windows(kept, lengths)))
-    kept, lengths, data = cache[every]
-    check_dataset(kept, num_actions=env.num_actions, num_observations=env.num_observations,
-                  observation_shape=env.observation_shape,
-                  window=int(group_config.train.seq_len), lengths=lengths)
-    return data
+    key = (int(group_config.data.subsample), int(group_config.train.seq_len))
+    if key not in cache:
+        cache[key] = build_method(group_config, env).training_data(dataset, group_config, env)
+    return cache[key]
 
 
 def assignment_seed(config, index: int) -> int:
@@ -309,7 +223,7 @@ def _check_fingerprint(config) -> None:
     # Config keys added after sweeps were written: absent from an old file = their default.
     added = {"data.subsample": 1}
     current = {k: v for k, v in _flat(json.loads(config.to_json(sort_keys=True))).items()
-               if not k.startswith("run.") and k not in ignored}
+               if not k.startswith(("run.", "log.")) and k not in ignored}
     path = os.path.join(config.workdir, "sweep_config.json")
     if os.path.exists(path):
         with open(path) as f:
@@ -326,72 +240,61 @@ def _check_fingerprint(config) -> None:
             json.dump(current, f, indent=1, sort_keys=True)
 
 
-def _baselines(config, env, test_ids) -> dict[str, float]:
-    """Source and random last-episode returns on the held-out tasks (computed once, cached)."""
-    from icrl_jax.data import sources as S
-    from icrl_jax.data.histories import generate_histories
-    from icrl_jax.pipeline import build_source
+def _rollout_scores(config, env, policies, test_ids) -> dict[str, float]:
+    """The unified metrics (`metrics.summarise`) of `policies` on the held-out tasks."""
+    rollouts = run_policies(env, policies, env.task_params(test_ids), int(config.eval.num_steps),
+                            jax.random.PRNGKey(config.eval.seed),
+                            chunk_size=config.eval.chunk_size or None)
+    results, curves = M.summarise(env.kind, rollouts, int(config.eval.num_steps),
+                                  int(config.eval.final_window))
+    return dict(results, **{f"{name}_curve": np.round(c, 4).tolist() for name, c in curves.items()})
 
+
+def _baselines(config, env, test_ids) -> dict[str, float]:
+    """Source and random scores on the held-out tasks (computed once, cached)."""
     path = os.path.join(config.workdir, "baselines.json")
     if os.path.exists(path):
         with open(path) as f:
-            return json.load(f)
-    out = {}
+            saved = json.load(f)
+        if saved.get("metric_version") == METRIC_VERSION:
+            return saved
     policies = {"source": build_source(config.data.source, env, config.eval.num_steps,
                                        config.data.source_kwargs.to_dict()),
-                "random": S.uniform_random()}
-    for name, policy in policies.items():
-        history = jax.device_get(generate_histories(
-            env, policy, env.task_params(test_ids), config.eval.num_steps,
-            jax.random.PRNGKey(config.eval.seed), task_ids=test_ids))
-        returns = np.asarray(M.episode_returns(history.rewards, history.dones,
-                                               config.eval.num_steps))
-        returns = returns[:, ~np.isnan(returns).all(0)]
-        out[f"{name}_first_episode_return"] = float(np.nanmean(returns[:, 0]))
-        out[f"{name}_last_episode_return"] = float(np.nanmean(returns[:, -1]))
+                "random": uniform_random()}
+    out = {k: v for k, v in _rollout_scores(config, env, policies, test_ids).items()
+           if not k.endswith("_curve")}
+    out["metric_version"] = METRIC_VERSION
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     return out
 
 
-def evaluate_params(config, env, method, params, test_ids, baselines) -> dict[str, float]:
-    """In-context returns of one assignment's parameters on the held-out tasks."""
-    from icrl_jax.data.histories import generate_histories
-    from icrl_jax.evaluate import in_context_source
+#: Bumped when a metric's definition changes, so cached baselines are recomputed (2: each
+#: rollout's own last complete episode, not the last episode column).
+METRIC_VERSION = 2
 
-    policy = in_context_source(method, params, env, config.train.seq_len, config.eval.greedy,
-                               temperature=config.eval.temperature)
-    history = jax.device_get(generate_histories(
-        env, policy, env.task_params(test_ids), config.eval.num_steps,
-        jax.random.PRNGKey(config.eval.seed), task_ids=test_ids,
-        chunk_size=config.eval.chunk_size or None))
-    returns = np.asarray(M.episode_returns(history.rewards, history.dones, config.eval.num_steps))
-    returns = returns[:, ~np.isnan(returns).all(0)]
-    last = float(np.nanmean(returns[:, -1]))
+
+def evaluate_params(config, env, method, params, test_ids, baselines) -> dict[str, float]:
+    """In-context scores of one assignment's parameters on the held-out tasks."""
+    results = _rollout_scores(config, env, method.policies(params, env, config), test_ids)
+    model = {k: v for k, v in results.items() if k.startswith("model_")}
+    key = "last_episode_return" if env.kind != envs.BANDIT else "final_regret"
     with np.errstate(invalid="ignore", divide="ignore"):  # source == random: NaN, not a warning
-        score = float(M.normalised_score(last, baselines["random_last_episode_return"],
-                                         baselines["source_last_episode_return"]))
-    return dict(model_first_episode_return=float(np.nanmean(returns[:, 0])),
-                model_last_episode_return=last,
-                normalised_score=score,
-                curve=np.nanmean(returns, 0).round(4).tolist())
+        model["normalised_score"] = float(M.normalised_score(
+            model[f"model_{key}"], baselines[f"random_{key}"], baselines[f"source_{key}"]))
+    model["curve"] = model.pop("model_curve")
+    return model
 
 
 def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of `config` in `config.workdir`; returns all results."""
-    from icrl_jax import pipeline
-    from icrl_jax.data.history import load_history
-
     space = flatten_space(config.sweep.space)
     for dotted in space:
         section, _, key = dotted.partition(".")
         if section not in config or key not in config[section]:
             raise KeyError(f"sweep.space names {dotted!r}, which is not a config key")
     os.makedirs(config.workdir, exist_ok=True)
-    env_key = config.env.to_json(sort_keys=True)
-    if env_key not in _ENVS:
-        _ENVS[env_key] = pipeline.build_env(config)
-    env = _ENVS[env_key]
+    env = envs.make(config.env.name, **config.env.kwargs.to_dict())
     assignments = [sample_assignment(space, config.sweep.seed, i)
                    for i in range(config.sweep.num_assignments)]
     results = read_results(config.workdir)
@@ -408,10 +311,8 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
         write_emp(config.workdir, config.sweep.score)
         return results
 
-    if not os.path.exists(pipeline.dataset_path(config)):
-        pipeline.generate(config)
-    history, _ = load_history(pipeline.dataset_path(config))
-    data_cache: dict[int, tuple] = {}
+    dataset = open_dataset(config, env)
+    data_cache: dict[int, TrainData] = {}
     groups: dict[str, list[int]] = {}
     for i in pending:
         groups.setdefault(group_key(assignments[i]), []).append(i)
@@ -419,31 +320,25 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
                                                      if k not in VMAPPED})
                      for key, ids in groups.items()}
     for group_config in group_configs.values():  # every group's data, checked before training
-        group_data(history, env, group_config, data_cache)
-    _, test_ids = pipeline.task_split(env, config)
+        group_data(dataset, env, group_config, data_cache)
+    _, test_ids = task_split(env, config)
     test_ids = np.repeat(test_ids, config.eval.num_envs_per_task)
     baselines = _baselines(config, env, test_ids)
 
     with open(_results_path(config), "a") as out:
         for key, indices in groups.items():
             group_config = group_configs[key]
-            data = group_data(history, env, group_config, data_cache)
-            # What the rollout depends on (not the data: subsample groups share one program).
-            method_key = json.dumps(dict(method=group_config.method, env=env_key,
-                                         model=group_config.model.to_dict(),
-                                         seq_len=group_config.train.seq_len,
-                                         greedy=group_config.eval.greedy), sort_keys=True,
-                                    default=str)
-            if method_key not in _EVAL_METHODS:
-                _EVAL_METHODS[method_key] = pipeline.build_method(group_config, env)
-            eval_method = _EVAL_METHODS[method_key]
+            data = group_data(dataset, env, group_config, data_cache)
+            eval_method = build_method(group_config, env)
             size = max(1, int(config.sweep.max_replicas)) if vmapped else 1
             for start in range(0, len(indices), size):
                 chunk = indices[start:start + size]
                 tic = time.perf_counter()
+                directory = os.path.join(config.workdir, "replicas",
+                                         "_".join(str(i) for i in chunk))
                 params, train_metrics = train_assignments(
                     group_config, env, data, [assignments[i] for i in chunk],
-                    [assignment_seed(config, i) for i in chunk], vmapped=vmapped)
+                    [assignment_seed(config, i) for i in chunk], directory, vmapped=vmapped)
                 train_seconds = time.perf_counter() - tic
                 for k, index in enumerate(chunk):
                     tic = time.perf_counter()
@@ -453,10 +348,11 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
                     result.update(
                         index=index, assignment=assignments[index],
                         group=group_key(assignments[index]),
-                        loss=float(np.mean(train_metrics["loss"][k])),
-                        accuracy=float(np.mean(train_metrics["accuracy"][k])),
+                        loss=float(train_metrics["loss"][k]),
+                        accuracy=float(train_metrics["accuracy"][k]),
                         train_seconds=train_seconds / len(chunk), replicas=len(chunk),
-                        eval_seconds=time.perf_counter() - tic, **baselines)
+                        eval_seconds=time.perf_counter() - tic,
+                        **{k2: v for k2, v in baselines.items() if k2 != "metric_version"})
                     out.write(json.dumps(result) + "\n")
                     out.flush()
                     results.append(result)

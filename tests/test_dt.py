@@ -10,13 +10,14 @@ import optax
 import pytest
 
 import envs
-from icrl_jax.analysis.attention_maps import (rollout_attention, save_attention_pngs,
+from icrl_jax.analysis.attention_maps import (context_attention, save_attention_pngs,
                                               write_attention_html)
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, noisy_expert,
                                         pad_for_windows, returns_to_go, sample_trajectory_windows)
 from icrl_jax.methods.dt import DecisionTransformer, dt_model_config
-from icrl_jax.methods.dt_rollout import episode_returns, make_rollout
+from icrl_jax.data.rollout import run_policies
+from icrl_jax.methods.dt_rollout import return_conditioned_source
 from icrl_jax.methods.msat import MAT, MSAT
 from icrl_jax.models.dt_tokens import (MultiActionTokens, interleave_step_tokens,
                                        step_attention_mask, token_labels)
@@ -158,9 +159,16 @@ def test_button_room_dataset_and_rollout_shapes():
     method = MSAT(model_config(), env.action_dims, K)
     p = method.init(jax.random.key(0), sample_trajectory_windows(pad_for_windows(episodes, K),
                                                                  jax.random.key(1), 1, K))
-    out = make_rollout(method, env, K, 12)(p, params, 5.0, jax.random.key(2))
-    assert out["rewards"].shape == (4, 12) and out["actions"].shape == (4, 12, 2)
-    assert out["dones"][:, 5].all() and episode_returns(out["rewards"], 6).shape == (4, 2)
+    policy = return_conditioned_source(method, p, env, K, 5.0, greedy=False)
+    out = run_policies(env, {"model": policy}, params, 12, jax.random.key(2))["model"]
+    assert out["rewards"].shape == (4, 12) and out["actions"].shape == (4, 12)
+    assert out["dones"][:, 5].all() and out["dones"].sum() == 8
+    # The context holds the current episode's steps: after 12 steps of 6-step episodes it was
+    # just cleared, and the last context is the second episode's last K steps.
+    state = out["policy_state"]
+    assert not np.asarray(state.context.mask).any()
+    np.testing.assert_array_equal(np.asarray(state.last_context.timesteps[0]), np.arange(2, 6))
+    np.testing.assert_allclose(np.asarray(state.return_to_go), 5.0)
 
 
 def test_return_conditioning_changes_actions():
@@ -204,8 +212,11 @@ def test_attention_page_names_tokens(tmp_path):
     env = envs.make("button_room", size=3, episode_length=6)
     method = MSAT(model_config(), env.action_dims, K)
     params = method.init(jax.random.key(0), random_batch(jax.random.key(0), obs_dim=18))
-    maps, labels = rollout_attention(method, params, env, env.task_params(0), 5.0,
-                                     jax.random.key(1))
+    policy = return_conditioned_source(method, params, env, K, 5.0, greedy=True)
+    out = run_policies(env, {"model": policy}, env.task_params(jnp.arange(1)), 5,
+                       jax.random.key(1))["model"]
+    context = jax.tree.map(lambda x: x[0], out["policy_state"].last_context)
+    maps, labels = context_attention(method, params, context)
     assert maps.shape == (1, 2, 4 * K, 4 * K)  # 4 steps x (r, s, a1, a2)
     np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-4)  # no padding left in the rows
     assert labels[:4] == ["r0", "s0", "a1_0", "a2_0"] and labels[-1] == "a2_3"

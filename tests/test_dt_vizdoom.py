@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from icrl_jax import train as T
+from icrl_jax.data.train_data import TrainData
 from icrl_jax.data.pixel_store import PixelStoreWriter, PrefetchLoader
 from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
 from icrl_jax.methods.dt import DecisionTransformer, dt_model_config
@@ -123,28 +124,36 @@ def test_msat_pixel_training_from_loader_lowers_loss(store_dir, tmp_path):
     def loader_fn(start):
         return PrefetchLoader(store, config.steps_per_call * config.batch_size, K, seed=start)
 
-    T.train(method, example, config, str(tmp_path), {"test": 1}, show_progress=False,
-            loader_fn=loader_fn)
+    data = TrainData(example, loader_fn=loader_fn)
+    T.train(method, data, config, str(tmp_path), {"test": 1}, show_progress=False)
     with open(tmp_path / "metrics.jsonl") as f:
         losses = [json.loads(line)["loss"] for line in f if '"train"' in line]
     assert len(losses) == 6
     assert losses[-1] < 0.7 * losses[0], losses
     # Resuming at the end trains no further and restores the same step.
-    state = T.train(method, example, config, str(tmp_path), {"test": 1}, show_progress=False,
-                    loader_fn=loader_fn)
+    state = T.train(method, data, config, str(tmp_path), {"test": 1}, show_progress=False)
     assert int(state.step) == 60
 
 
 def test_dt_host_policy_matches_context_rule(store_dir):
-    """The bridge policy keeps make_rollout's context: rtg minus rewards, reset at done."""
+    """The DT policy on the bridge keeps its context rule: rtg minus rewards, reset at done."""
     from envs.host.bridge import HostStep
-    from icrl_jax.methods.dt_rollout import DTHostPolicy
+    from envs.host.specs import HostEnv
+    from icrl_jax.data.rollout import SourceOnHost
+    from icrl_jax.methods.dt_rollout import return_conditioned_source
 
     store = PixelTrajectoryStore(store_dir)
     method = MSAT(model_config(), DIMS, K)
     params = method.init(jax.random.PRNGKey(0),
                          jax.tree.map(jnp.asarray, store.sample(np.random.default_rng(0), 1, K)))
-    policy = DTHostPolicy(method, params, K, 5.0, OBS)
+    class Doomlike(HostEnv):  # the store's small frames and (3, 2) actions
+        observation_shape, num_actions, action_dims = OBS, 6, DIMS
+
+        def join_action(self, components):
+            return components
+
+    env = Doomlike()
+    policy = SourceOnHost(return_conditioned_source(method, params, env, K, 5.0, False), env)
     state = policy.init(jax.random.PRNGKey(0), 2)
     obs = jnp.zeros((2, *OBS), jnp.uint8)
     rewards = [jnp.zeros(2), jnp.array([1.0, 2.0]), jnp.array([0.5, 1.0])]
@@ -153,9 +162,10 @@ def test_dt_host_policy_matches_context_rule(store_dir):
         actions, state = policy.act(jax.random.PRNGKey(t), state,
                                     HostStep(obs, jnp.zeros((2, 0)), r, d, jnp.int32(t)))
         assert actions.shape == (2, 2) and actions.dtype == jnp.int32
-    contexts, rtg, steps = state
+    states = state[0]
+    contexts, rtg, steps = states.context, states.return_to_go, states.t
     np.testing.assert_allclose(rtg, [3.5, 5.0])  # env 1's episode ended: back to the target
-    np.testing.assert_array_equal(steps, [3, 1])
+    np.testing.assert_array_equal(steps, [2, 0])  # steps taken in the episode before this one
     np.testing.assert_array_equal(contexts.mask[0], [False, True, True, True])
     np.testing.assert_array_equal(contexts.mask[1], [False, False, False, True])
     np.testing.assert_allclose(contexts.returns_to_go[0, 1:], [5.0, 4.0, 3.5])

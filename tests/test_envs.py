@@ -342,6 +342,6 @@ def test_split_tasks_disjoint_and_reproducible():
 
 
 def test_make_unknown_lists_valid_names():
-    with pytest.raises(ValueError, match="valid names: .*bernoulli_bandit.*key_to_door"):
+    with pytest.raises(ValueError, match="did you mean 'darkroom'.*available: .*bernoulli_bandit.*key_to_door"):
         envs.make("dark_room")
     assert isinstance(envs.make("darkroom", size=5), DarkRoom) and envs.make("darkroom", size=5).num_observations == 25

@@ -9,7 +9,7 @@ import pytest
 import envs
 from icrl_jax.data.dataset import to_step_windows
 from icrl_jax.data.histories import generate_histories
-from icrl_jax.evaluate import in_context_source
+from icrl_jax.methods.in_context import in_context_source
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import mask_logits, select_actions
 from icrl_jax.models.transformer import default_transformer_config

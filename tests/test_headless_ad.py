@@ -1,6 +1,7 @@
 """Headless-AD: embeddings, action-set order invariance, padding, losses, ablations, report."""
 
 import json
+import types
 
 import jax
 import jax.numpy as jnp
@@ -217,14 +218,14 @@ def test_permute_action_ids_relabels_available_actions_consistently():
     assert np.isfinite(float(loss))
 
 
-def test_pipeline_builds_headless_ad_and_report_writes_table(tmp_path):
-    from icrl_jax import pipeline
+def test_registry_builds_headless_ad_and_report_writes_table(tmp_path):
+    from icrl_jax.methods import build_method
     from icrl_jax.report import write_report
     import envs
 
     config = ml_collections.ConfigDict(dict(method="headless_ad", model=tiny_config()))
     env = envs.make("bernoulli_bandit", arms=(4, 20))
-    assert isinstance(pipeline.build_method(config, env), HeadlessAD)
+    assert isinstance(build_method(config, env), HeadlessAD)
 
     def curves(n):
         return {"model": list(np.linspace(0, 5, n)), "source": list(np.linspace(0, 4, n)),
@@ -252,7 +253,7 @@ def test_pipeline_builds_headless_ad_and_report_writes_table(tmp_path):
 
 def test_report_reuses_an_evaluation_only_at_the_configured_step(tmp_path):
     """Raising `train.num_steps` must resume and re-evaluate a seed, not reuse its old table."""
-    from icrl_jax.pipeline import evaluated_at
+    from icrl_jax.run import evaluated_at
 
     assert not evaluated_at(str(tmp_path), 100)  # nothing evaluated yet
     (tmp_path / "variants.json").write_text(json.dumps(dict(checkpoint_step=100, variants={})))
@@ -271,8 +272,7 @@ def test_cached_decoding_equals_the_full_forward_pass(prompt, position, gated):
     method = HeadlessAD(tiny_config(prompt=prompt, position=position,
                                     reward_gated_actions=gated), num_observations=1)
     window = random_window(seed=5)
-    params = method.eval_params(method.init(jax.random.PRNGKey(1), window),
-                                jax.random.PRNGKey(2), A)
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2), types.SimpleNamespace(num_actions=A))
     full = method.context_logits(params, window, None)
     cache = method.decode_init(params, window.action_mask, L)
     pieces = []
@@ -291,13 +291,12 @@ def test_cached_rollout_takes_the_actions_of_the_recomputed_window():
     recomputes the window every step choose the same arms."""
     from envs.bandits import BernoulliBandit
     from icrl_jax.data.histories import generate_histories
-    from icrl_jax.evaluate import in_context_source
+    from icrl_jax.methods.in_context import in_context_source
 
     env = BernoulliBandit(arms=5, max_arms=A, seed=0)
     method = HeadlessAD(tiny_config(), num_observations=1)
     window = random_window()
-    params = method.eval_params(method.init(jax.random.PRNGKey(1), window),
-                                jax.random.PRNGKey(2), A)
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2), types.SimpleNamespace(num_actions=A))
     task_params = env.task_params(np.arange(4))
     actions = {}
     for max_steps in (None, L):
@@ -314,7 +313,7 @@ def test_ngram_prompt_ids_match_nothing_and_rollouts_recompute_the_window():
     model with n-gram layers is rolled out without the key/value cache they cannot use."""
     from envs.bandits import BernoulliBandit
     from icrl_jax.data.histories import generate_histories
-    from icrl_jax.evaluate import in_context_source
+    from icrl_jax.methods.in_context import in_context_source
     from icrl_jax.methods.headless_ad import with_prompt_ids
     from icrl_jax.models.ngram import token_equality
 
@@ -329,8 +328,7 @@ def test_ngram_prompt_ids_match_nothing_and_rollouts_recompute_the_window():
     assert off_diagonal[:, A:, A:].any()  # steps do repeat (observation 0, same action)
 
     env = BernoulliBandit(arms=5, max_arms=A, seed=0)
-    params = method.eval_params(method.init(jax.random.PRNGKey(1), window),
-                                jax.random.PRNGKey(2), A)
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2), types.SimpleNamespace(num_actions=A))
     policy = in_context_source(method, params, env, L, greedy=False, max_steps=L)
     assert not policy.build.cached
     history = generate_histories(env, policy, env.task_params(np.arange(2)), L,

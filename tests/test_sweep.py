@@ -10,7 +10,8 @@ import envs
 from icrl_jax import metrics as M
 from icrl_jax import sweep as S
 from icrl_jax.config import base_config
-from icrl_jax.data.dataset import to_step_windows
+from icrl_jax.data.dataset import sample_windows, to_step_windows
+from icrl_jax.data.train_data import on_device
 from icrl_jax.data.history import History, HistoryFormatError
 
 
@@ -47,17 +48,19 @@ def random_data(n=6, t=40, seed=0):
                       rewards=rng.integers(0, 2, (n, t)).astype(np.float32),
                       dones=np.zeros((n, t), bool), task_ids=np.arange(n, dtype=np.int32),
                       action_mask=np.ones((n, 5), bool))
-    return to_step_windows(history)
+    return on_device(to_step_windows(history), sample_windows, 12)
 
 
-def test_vmapped_replicas_equal_one_by_one():
+def test_vmapped_replicas_equal_one_by_one(tmp_path):
     config = tiny_config(ngram=True)  # n-gram layers and their dropout included
     config.model.num_layers = 1
     space = S.flatten_space(config.sweep.space)
     assignments = [S.sample_assignment(space, 0, i) for i in range(3)]
     env, data, seeds = envs.make("darkroom"), random_data(), [11, 12, 13]
-    together, metrics_v = S.train_assignments(config, env, data, assignments, seeds, vmapped=True)
-    alone, metrics_1 = S.train_assignments(config, env, data, assignments, seeds, vmapped=False)
+    together, metrics_v = S.train_assignments(config, env, data, assignments, seeds,
+                                              str(tmp_path / "v"), vmapped=True)
+    alone, metrics_1 = S.train_assignments(config, env, data, assignments, seeds,
+                                           str(tmp_path / "1"), vmapped=False)
     for path, a in jax.tree_util.tree_leaves_with_path(together):
         b = alone
         for entry in path:
@@ -72,7 +75,7 @@ def test_vmapped_replicas_equal_one_by_one():
         # on coordinates whose gradient is ~0 (e.g. embedding rows a batch barely touched).
         assert np.linalg.norm(a - b) <= 1e-3 * np.linalg.norm(b) + 1e-6, name
         assert np.isclose(a, b, rtol=1e-4, atol=1e-6).mean() > 0.99, name
-    for name in ("loss", "accuracy", "grad_norm"):
+    for name in ("loss", "accuracy"):
         np.testing.assert_allclose(metrics_v[name], metrics_1[name], rtol=1e-4, atol=1e-6)
     # Different assignments really train differently.
     first = jax.tree.leaves(together)[0]

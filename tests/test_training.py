@@ -12,12 +12,13 @@ import pytest
 
 from icrl_jax.data.dataset import check_dataset, sample_windows, to_step_windows
 from icrl_jax.data.history import History, HistoryFormatError
-from icrl_jax.evaluate import empty_context, push_observation, record_outcome
+from icrl_jax.methods.in_context import empty_context, push_observation, record_outcome
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import smoothed_cross_entropy
 from icrl_jax.models.transformer import default_transformer_config
+from icrl_jax.data.train_data import on_device
 from icrl_jax.train import (CheckpointMismatchError, Checkpointer, default_train_config,
-                            init_train_state, make_optimizer, train, data_mesh)
+                            init_state, make_optimizer, make_train_steps, train, data_mesh)
 
 NUM_OBS, NUM_ACTIONS = 16, 4
 
@@ -29,6 +30,10 @@ def copy_task_history(n=32, t=64, seed=0) -> History:
     return History(observations=obs, actions=(obs % NUM_ACTIONS).astype(np.int32),
                    rewards=rng.random((n, t)).astype(np.float32), dones=np.zeros((n, t), bool),
                    task_ids=np.arange(n, dtype=np.int32), action_mask=np.ones((n, NUM_ACTIONS), bool))
+
+
+def copy_task_data():
+    return on_device(to_step_windows(copy_task_history()), sample_windows, 16)
 
 
 def tiny_method(**overrides):
@@ -47,11 +52,11 @@ def tiny_train_config(**overrides):
 
 
 def test_tiny_ad_learns_a_copy_task(tmp_path):
-    data = to_step_windows(copy_task_history())
+    data = copy_task_data()
     config = tiny_train_config(num_steps=300, steps_per_call=50, log_every=50, checkpoint_every=300)
     method = tiny_method()
     state = train(method, data, config, str(tmp_path), {"m": 1}, show_progress=False)
-    batch = sample_windows(data, jax.random.PRNGKey(5), 16, 16)
+    batch = sample_windows(data.arrays, jax.random.PRNGKey(5), 16, 16)
     loss, metrics = method.loss(state.params, batch, jax.random.PRNGKey(0), deterministic=True)
     assert metrics["accuracy"] > 0.95
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
@@ -59,7 +64,7 @@ def test_tiny_ad_learns_a_copy_task(tmp_path):
 
 
 def test_resumed_run_matches_uninterrupted(tmp_path):
-    data = to_step_windows(copy_task_history())
+    data = copy_task_data()
     config = tiny_train_config()
     full = train(tiny_method(), data, config, str(tmp_path / "full"), {"m": 1}, show_progress=False)
     partial = train(tiny_method(), data, config, str(tmp_path / "resumed"), {"m": 1},
@@ -73,11 +78,10 @@ def test_resumed_run_matches_uninterrupted(tmp_path):
 
 
 def test_checkpoint_round_trip_and_mismatch(tmp_path):
-    data = to_step_windows(copy_task_history())
+    data = copy_task_data()
     method = tiny_method()
     config = tiny_train_config()
-    state = init_train_state(method, make_optimizer(config), data, jax.random.PRNGKey(1), 16,
-                             data_mesh())
+    state = init_state(lambda _: (method, make_optimizer(config)), data, jax.random.PRNGKey(1))
     checkpointer = Checkpointer(str(tmp_path), {"model": "a"})
     checkpointer.save(state)
     restored = checkpointer.restore(state)
@@ -86,17 +90,24 @@ def test_checkpoint_round_trip_and_mismatch(tmp_path):
     checkpointer.close()
     with pytest.raises(CheckpointMismatchError, match="model: 'a' \\(checkpoint\\) vs 'b'"):
         Checkpointer(str(tmp_path), {"model": "a"} | {"model": "b"}).restore(state)
-    wider = init_train_state(tiny_method(d_model=48), make_optimizer(config), data,
-                             jax.random.PRNGKey(1), 16, data_mesh())
+    wider = init_state(lambda _: (tiny_method(d_model=48), make_optimizer(config)), data,
+                       jax.random.PRNGKey(1))
     with pytest.raises(CheckpointMismatchError, match=r"parameter \['action_head'\]"):
         Checkpointer(str(tmp_path), {"model": "a"}).restore(wider)
 
 
-def test_train_step_traces_once(tmp_path):
-    # chex.assert_max_traces(n=1) on the jitted step raises if it retraces between calls.
-    data = to_step_windows(copy_task_history())
-    train(tiny_method(), data, tiny_train_config(num_steps=50, checkpoint_every=50), str(tmp_path),
-          {"m": 1}, show_progress=False)
+def test_train_step_traces_once():
+    """The jitted train step compiles once and is reused by every later call (no retrace)."""
+    data = copy_task_data()
+    method, config = tiny_method(), tiny_train_config()
+    optimizer = make_optimizer(config)
+    steps = make_train_steps(lambda _: (method, optimizer), data, config, data_mesh())  # as _fit
+    mesh = data_mesh()
+    state = jax.device_put(init_state(lambda _: (method, optimizer), data, jax.random.PRNGKey(0)),
+                           jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    for _ in range(3):
+        state, _ = steps(state, data.arrays, jax.random.key(0), None)
+    assert steps._cache_size() == 1 and int(state.step) == 30
 
 
 def test_eight_fake_devices_give_the_same_loss(tmp_path):
@@ -106,10 +117,10 @@ def test_eight_fake_devices_give_the_same_loss(tmp_path):
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import jax
         from test_training import copy_task_history, tiny_method, tiny_train_config
-        from icrl_jax.data.dataset import to_step_windows
+        from test_training import copy_task_data
         from icrl_jax.train import train
         workdir = sys.argv[1]
-        train(tiny_method(), to_step_windows(copy_task_history()), tiny_train_config(), workdir,
+        train(tiny_method(), copy_task_data(), tiny_train_config(), workdir,
               {{"m": 1}}, show_progress=False)
         print(jax.device_count())
     """)

@@ -369,19 +369,20 @@ def _build_rollout(bridge: HostVectorEnv, policy: HostPolicy, num_steps: int):
                    "rewards": r, "terminated": term, "truncated": trunc, "dones": done}
             return (HostStep(nobs, npriv, r, done, step.t + 1), pstate), out
 
-        _, out = jax.lax.scan(body, (first, pstate), jax.random.split(k_run, num_steps))
-        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), out)  # (T, N, ...) -> (N, T, ...)
+        (_, pstate), out = jax.lax.scan(body, (first, pstate), jax.random.split(k_run, num_steps))
+        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), out), pstate  # (T, N) -> (N, T)
 
     return jax.jit(rollout)
 
 
 def host_rollout(bridge: HostVectorEnv, policy: HostPolicy, num_steps: int, key: jax.Array,
-                 seed: int) -> dict[str, jax.Array]:
+                 seed: int, return_state: bool = False):
     """Reset `bridge` with `seed`, then run `policy` for `num_steps` steps in one jitted scan.
 
     Returns a dict of batch-major arrays: observations `(N, T, *obs_shape)` (the obs each action
     was taken in), privileged float32 `(N, T, P)`, actions int32 `(N, T, *action_shape)`, rewards
     float32 `(N, T)`, terminated/truncated/dones bool `(N, T)` — the layout of a `History`.
+    With `return_state`, returns `(that dict, the policy's final state)`.
     Raises `HostEnvError` (with the host-side record up to the failure) if a simulator fails.
     Not vmappable: the batch is the worker pool, inside the callback.
     """
@@ -392,8 +393,8 @@ def host_rollout(bridge: HostVectorEnv, policy: HostPolicy, num_steps: int, key:
     if fn is None:
         fn = cache[(id(policy), num_steps)] = _build_rollout(bridge, policy, int(num_steps))
     try:
-        out = fn(key, jnp.uint32(seed))
-        return jax.block_until_ready(out)
+        out, state = jax.block_until_ready(fn(key, jnp.uint32(seed)))
+        return (out, state) if return_state else out
     except Exception as exc:
         if bridge.broken is not None:  # unwrap the runtime's wrapping of the callback's error
             raise bridge.broken from exc

@@ -73,6 +73,7 @@ def make_config(method: str, scenario: str, preset: str = "", no_pe: bool = Fals
     config.env.name = "vizdoom"
     config.env.kwargs.scenario = scenario
     config.data.source = "doom_expert"
+    config.data.builder = "vizdoom_expert"  # icrl_jax/data/builders.py
     config.data.num_steps = 500_000  # Tables 4-5: "number of timesteps of training data"
     config.data.num_envs = 16  # recording worker processes
     config.data.noise = (0.05, 0.3)  # per-env action noise, spread over the envs
@@ -100,4 +101,5 @@ def make_config(method: str, scenario: str, preset: str = "", no_pe: bool = Fals
     config.eval.num_steps = 1050  # two 525-step time limits per env
     config.eval.target_returns = (paper["target"],)
     config.eval.tasks = "train"
+    config.eval.baselines = ()  # simulator time goes to the model; the dataset's returns are the reference
     return apply_preset(config, {"quick": quick_preset(scenario)}, preset)

@@ -8,7 +8,7 @@ Same data as `darkroom.py` (`quick_replay`: its episode-replay histories).
 
 from experiments.headless_ad.common import DARKROOM_REPLAY, darkroom_quick_preset
 from icrl_jax.config import apply_preset, base_config
-from icrl_jax.pipeline import add_report_fields, darkroom_variants
+from experiments.headless_ad.common import add_report_fields, darkroom_variants
 
 QUICK = darkroom_quick_preset()
 PERMUTED = {"method": "ad_permuted", "report.label": "AD (permuted training)"}

@@ -1,6 +1,8 @@
 """What the Headless-AD experiments share: the `quick` preset (a small model, 2,000 updates) and
 the way the ablations (Tables 5-7) become presets."""
 
+import ml_collections
+
 from icrl_jax.config import cpu_preset
 
 
@@ -72,3 +74,52 @@ DARKROOM_REPLAY = {"train.num_steps": 8000,
                    "model.ngram_positions": (0,), "model.ngram_max": 3,
                    "model.ngram_match": "observation", "model.ngram_latest": True,
                    "eval.temperature": 0.5}
+
+
+# Variant sets of the Headless-AD paper (`config.variants`, evaluated by `icrl-jax report`).
+
+#: Bandit arm counts of the paper's "more arms" evaluation (Figure 5, Table 1).
+EVAL_ARMS = (20, 25, 30, 40, 50)
+#: The darkroom action sets of Figure 1 / Figure 7, and their widths.
+ACTION_SETS = {"train": 50, "permuted_train": 50, "sliced_test": 50, "test": 75, "all": 125}
+
+
+def add_report_fields(config: ml_collections.ConfigDict, label: str) -> None:
+    config.report = ml_collections.ConfigDict(dict(label=label, num_seeds=1))
+
+
+def bernoulli_variants(arms: tuple[int, ...] | None = EVAL_ARMS,
+                       distributions: bool = True) -> ml_collections.ConfigDict:
+    """Reward-distribution shifts on 4-20 arms (Figure 4) and fixed larger arm counts with
+    uniform rewards (Figure 5), all on held-out bandits."""
+    variants = {}
+    if distributions:
+        for dist in ("train", "inverse", "uniform"):
+            variants[f"dist_{dist}"] = dict(env=dict(distribution=dist), tasks="test")
+    for n in arms or ():
+        variants[f"arms_{n}"] = dict(env=dict(arms=n, max_arms=n, distribution="uniform"),
+                                     tasks="test")
+    return ml_collections.ConfigDict(variants)
+
+
+def contextual_variants(arms: tuple[int, ...] | None = EVAL_ARMS,
+                        held_out: bool = True) -> ml_collections.ConfigDict:
+    variants = {}
+    if held_out:
+        variants["heldout_4_20"] = dict(env=dict(), tasks="test")
+    for n in arms or ():
+        variants[f"arms_{n}"] = dict(env=dict(arms=n, max_arms=n), tasks="test")
+    return ml_collections.ConfigDict(variants)
+
+
+def darkroom_variants(max_actions: int) -> ml_collections.ConfigDict:
+    """The five action sets x {train, test} goals; sets wider than `max_actions` are left out
+    (AD's output layer has a fixed width)."""
+    variants = {}
+    for name, width in ACTION_SETS.items():
+        if width > max_actions:
+            continue
+        for tasks in ("train", "test"):
+            variants[f"{name}__{tasks}_goals"] = dict(env=dict(max_actions=max_actions),
+                                                      actions=name, tasks=tasks)
+    return ml_collections.ConfigDict(variants)

@@ -14,7 +14,7 @@ from experiments.headless_ad.common import (DARKROOM_REPLAY, ablation_presets,
                                             darkroom_quick_preset)
 from icrl_jax.config import apply_preset, base_config
 from icrl_jax.methods.headless_ad import add_headless_fields
-from icrl_jax.pipeline import add_report_fields, darkroom_variants
+from experiments.headless_ad.common import add_report_fields, darkroom_variants
 
 QUICK = darkroom_quick_preset(**{
     "model.action_embed_dim": 128,  # >= 125 actions for orthonormal embeddings

@@ -1,6 +1,6 @@
 """What the Miniworld AD experiments share (n-gram paper, sec. 4 and appendices B-D, Table 2b).
 
-Pipeline (`experiments/miniworld/pipeline.py`, run by `icrl-jax generate|train|evaluate`):
+Run by the one pipeline (`icrl-jax generate|train|evaluate`, `icrl_jax/run.py`):
 noise-distillation learning histories of the privileged oracle (epsilon decaying over each
 history) are recorded through the bridge into a uint8 `PixelStore`; AD with a CNN observation
 encoder trains end to end on windows from the prefetching loader; the trained model is evaluated
@@ -21,7 +21,6 @@ def miniworld_config(experiment: str, env_name: str, episode_length: int):
         raise ValueError(f"unknown Miniworld env {env_name!r}; available: {ENVS}")
     config = base_config()
     config.experiment = experiment
-    config.runner = "experiments.miniworld.pipeline"  # the CLI hands the run to this module
     config.env.name = env_name
     config.env.kwargs.episode_length = episode_length
     config.env.num_workers = 8  # simulator processes per pool

@@ -1,7 +1,7 @@
 """Attention maps of a Decision Transformer rollout: per layer, per head, over labelled tokens.
 
-`rollout_attention` runs the model greedily in an environment until its context is full, then
-reads the backbone's attention weights on that context (padding tokens dropped). The maps are
+`context_attention` reads the backbone's attention weights on one context (padding tokens dropped),
+e.g. the last context of an evaluation rollout. The maps are
 written as a self-contained interactive HTML page (hover a token to highlight what it attends to,
 as the M-SAT paper's CircuitsVis figures; no network access needed) and as PNG heatmaps. Tokens
 are labelled r{t}, s{t}, a{t} or a{i}_{t} (component i of step t), as in the paper's appendix 7.6.
@@ -18,7 +18,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.data.trajectories import Trajectories
-from icrl_jax.methods.dt_rollout import make_rollout
 from icrl_jax.models.dt_tokens import token_labels
 
 
@@ -34,19 +33,6 @@ def context_attention(method, params, context: Trajectories) -> tuple[np.ndarray
     maps = maps[:, :, valid][:, :, :, valid]
     steps = np.asarray(context.timesteps)[mask].tolist()
     return maps, token_labels(steps, per_step - 2)
-
-
-def rollout_attention(method, params, env, env_params, target_return: float, key: jax.Array,
-                      num_steps: int | None = None) -> tuple[np.ndarray, list[str]]:
-    """Greedy rollout of `num_steps` (default: fill the context within one episode) on one task
-    (`env_params` unbatched); returns `context_attention` of the final context."""
-    if num_steps is None:
-        num_steps = min(method.context_len, env.episode_length - 1)
-    rollout = make_rollout(method, env, method.context_len, num_steps, greedy=True)
-    batched = jax.tree.map(lambda x: jnp.asarray(x)[None], env_params)
-    out = rollout(params, batched, target_return, key)
-    context = jax.tree.map(lambda x: x[0], out["context"])
-    return context_attention(method, params, context)
 
 
 _PAGE = """<!DOCTYPE html>

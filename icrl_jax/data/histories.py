@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs.core import ICRLEnv
+from envs.core import BANDIT, ICRLEnv
 from icrl_jax.data.history import History
 from icrl_jax.data.sources import ParamSource, Source, Transition
 
-#: Per-step info recorded for bandits (envs with `expected_rewards`) when `with_info=True`.
+#: Per-step info recorded for bandits (`env.kind == BANDIT`) when `with_info=True`.
 BANDIT_INFO = ("expected_reward", "optimal_expected_reward")
 
 
@@ -44,14 +44,15 @@ def _env_step(env, key, state, action, params):
 
 
 def _step_info(env, state, action, params) -> dict[str, jax.Array]:
-    if not hasattr(env, "expected_rewards"):
+    if env.kind != BANDIT:
         return {}
     means = env.expected_rewards(state, params)
     return {"expected_reward": means[action], "optimal_expected_reward": means.max()}
 
 
-@partial(jax.jit, static_argnames=("env", "source", "num_steps", "with_info"))
-def _generate(env, source, num_steps: int, with_info: bool, keys, params, source_params=None):
+@partial(jax.jit, static_argnames=("env", "source", "num_steps", "with_info", "with_state"))
+def _generate(env, source, num_steps: int, with_info: bool, with_state: bool, keys, params,
+              source_params=None):
     """keys `(N,)`, params batched `(N, ...)` -> dict of `(N, T, ...)` arrays.
 
     `source` is a `Source`, or the `build` of a `ParamSource` whose arrays are `source_params`.
@@ -67,7 +68,8 @@ def _generate(env, source, num_steps: int, with_info: bool, keys, params, source
     def step_one(carry, p):
         key, obs, env_state, src_state = carry
         key, k_act, k_env, k_upd = jax.random.split(key, 4)
-        action = jnp.asarray(source.act(k_act, src_state, obs, env_state, p), jnp.int32)
+        action, src_state = source.act(k_act, src_state, obs, env_state, p)
+        action = jnp.asarray(action, jnp.float32 if env.continuous_actions else jnp.int32)
         next_obs, next_state, final_obs, final_state, reward, term, trunc = _env_step(
             env, k_env, env_state, action, p)
         tr = Transition(obs=obs, action=action, reward=reward, next_obs=final_obs,
@@ -85,14 +87,17 @@ def _generate(env, source, num_steps: int, with_info: bool, keys, params, source
     def scan_body(carry, _):
         return step_all(carry, params)
 
-    _, out = jax.lax.scan(scan_body, carry, None, length=num_steps)
+    carry, out = jax.lax.scan(scan_body, carry, None, length=num_steps)
     # scan stacks time first: (T, N, ...) -> (N, T, ...)
-    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), out)
+    out = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), out)
+    if with_state:
+        out["policy_state"] = carry[3]
+    return out
 
 
 def generate_histories(env, source: Source, params: Any, num_steps: int, key: jax.Array, *,
                        task_ids=None, chunk_size: int | None = None, with_info: bool = False,
-                       fast_rng: bool = True):
+                       with_state: bool = False, fast_rng: bool = True):
     """Run `source` on every task in `params` for `num_steps` steps and record the histories.
 
     Args:
@@ -107,6 +112,7 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
         last chunk is padded, so one trace. Chunks run round-robin on the local devices.
       with_info: also return per-step info `(N, T)` arrays; for bandits `expected_reward` of
         the chosen arm and `optimal_expected_reward` (regret = their difference, summed).
+      with_state: also return each env's final policy state as `info["policy_state"]`.
       fast_rng: trace with non-partitionable threefry (2-3x faster bits on CPU; it only changes
         which random numbers a key yields, not their distribution).
 
@@ -140,10 +146,11 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
             if len(devices) > 1:
                 sub = jax.device_put(sub, devices[i % len(devices)])
             if isinstance(source, ParamSource):  # its arrays are traced arguments, not constants
-                out = _generate(env, source.build, int(num_steps), bool(with_info), *sub,
-                                source_params=source.params)
+                out = _generate(env, source.build, int(num_steps), bool(with_info),
+                                bool(with_state), *sub, source_params=source.params)
             else:
-                out = _generate(env, source, int(num_steps), bool(with_info), *sub)
+                out = _generate(env, source, int(num_steps), bool(with_info), bool(with_state),
+                                *sub)
             parts.append((min(chunk, n - start), out))
     parts = [jax.tree.map(lambda x: jax.device_put(x[:size], devices[0]), out)
              for size, out in parts]
@@ -152,4 +159,4 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
                       rewards=out.pop("rewards").astype(jnp.float32), dones=out.pop("dones"),
                       task_ids=jnp.asarray(task_ids),
                       action_mask=jnp.asarray(params.action_mask, bool))
-    return (history, out) if with_info else history
+    return (history, out) if (with_info or with_state) else history

@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import ml_collections
 
 from icrl_jax.data.dataset import StepWindows
+from icrl_jax.methods import register
+from icrl_jax.methods.in_context import InContextMethod
 from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.heads import smoothed_cross_entropy
 from icrl_jax.models.ngram import config_ngram_ids
@@ -68,7 +70,18 @@ def observation_encoder(model_config) -> nn.Module | None:
     raise ValueError(f"unknown model.observation_encoder {kind!r}; available: 'none', 'cnn'")
 
 
-class AD:
+def grid_size_of(config, env) -> int | None:
+    """`env.grid_size` when `model.grid_observations` asks for (row, column) features."""
+    if not config.model.get("grid_observations", False):
+        return None
+    if env.grid_size is None:
+        raise ValueError(f"model.grid_observations needs a grid-world env; {config.env.name} "
+                         "has no grid size")
+    return env.grid_size
+
+
+@register
+class AD(InContextMethod):
     """The AD method: model, loss and in-context policy logits.
 
     Args:
@@ -86,6 +99,12 @@ class AD:
     """
 
     name = "ad"
+    display_name = "AD"
+
+    @classmethod
+    def from_config(cls, config, env, model_config) -> "AD":
+        return cls(model_config, env.num_actions,
+                   None if env.pixels else env.num_observations, grid_size_of(config, env))
 
     def __init__(self, model_config: ml_collections.ConfigDict, num_actions: int,
                  num_observations: int | None, grid_size: int | None = None):

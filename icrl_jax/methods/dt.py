@@ -38,7 +38,16 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from icrl_jax.data.trajectories import Trajectories
+from icrl_jax.analysis.attention_maps import context_attention, write_attention
+from icrl_jax.data.history import History
+from icrl_jax.data.pixel_store import PrefetchLoader
+from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
+from icrl_jax.data.train_data import TrainData, on_device
+from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, pad_for_windows,
+                                        sample_trajectory_windows)
+from icrl_jax.methods import register
+from icrl_jax.methods.base import Method
+from icrl_jax.methods.dt_rollout import return_conditioned_source
 from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.dt_tokens import (MultiActionTokens, ReturnEmbedding, SingleActionToken,
                                        interleave_step_tokens, step_attention_mask)
@@ -169,7 +178,8 @@ def split_logits(logits: jax.Array, action_dims: Sequence[int]) -> list[jax.Arra
     return jnp.split(logits, np.cumsum(action_dims)[:-1].tolist(), axis=-1)
 
 
-class DecisionTransformer:
+@register
+class DecisionTransformer(Method):
     """The DT method: model, masked loss, and the action choice used by rollouts.
 
     Args:
@@ -182,8 +192,66 @@ class DecisionTransformer:
     """
 
     name = "dt"
+    display_name = "DT"
     multi_action_tokens = False
     state_in_action_tokens = True
+
+    @classmethod
+    def from_config(cls, config, env, model_config) -> "DecisionTransformer":
+        return cls(model_config, () if env.continuous_actions else env.action_dims,
+                   config.train.seq_len, None if env.pixels else env.num_observations,
+                   continuous_dim=env.action_dim)
+
+    @classmethod
+    def signature(cls, config, env) -> dict:
+        return dict(super().signature(config, env),
+                    timestep_encoding=config.model.timestep_encoding)
+
+    @classmethod
+    def label(cls, config) -> str:
+        """The name, with M-SAT's no-positional-encoding ablation marked (`msat_nope`)."""
+        return cls.name + ("_nope" if config.model.timestep_encoding == "none" else "")
+
+    def training_data(self, dataset, config, env) -> TrainData:
+        """Padded windows of whole episodes on device (from learning histories of fixed-length
+        episodes), or a prefetching loader over a pixel trajectory store."""
+        seq_len = config.train.seq_len
+        if isinstance(dataset, PixelTrajectoryStore):
+            want = [list(env.observation_shape), [len(env.action_dims)]]
+            have = [dataset.meta["obs_shape"], dataset.meta["action_shape"]]
+            if have != want:
+                raise ValueError(f"the store holds obs / action shapes {have}, the env {want}")
+            per_call = config.train.steps_per_call * config.train.batch_size
+
+            def loader_fn(start_step: int) -> PrefetchLoader:
+                # A resumed run draws a fresh, seeded stream of windows from where it stopped.
+                return PrefetchLoader(dataset, per_call, seq_len,
+                                      seed=int(config.seed) * 1_000_003 + start_step)
+
+            example = jax.tree.map(jnp.asarray,
+                                   dataset.sample(np.random.default_rng(0), 1, seq_len))
+            return TrainData(example, loader_fn=loader_fn)
+        if not isinstance(dataset, History):
+            raise TypeError(f"{self.name} trains on learning histories or a pixel trajectory "
+                            f"store, got {type(dataset).__name__}")
+        episodes = episodes_from_history(dataset, env.episode_length, env.split_action)
+        return on_device(pad_for_windows(episodes, seq_len), sample_trajectory_windows, seq_len)
+
+    def policies(self, params, env, config) -> dict:
+        """One return-conditioned policy per `eval.target_returns` (named `model@<target>`)."""
+        return {f"model@{float(target):g}": return_conditioned_source(
+                    self, params, env, config.train.seq_len, float(target), config.eval.greedy)
+                for target in config.eval.target_returns}
+
+    def write_analysis(self, params, final_states, config, env) -> dict:
+        """Attention maps (HTML + PNG) of env 0's last context at the highest target."""
+        name = f"model@{float(max(config.eval.target_returns)):g}"
+        context = jax.tree.map(lambda x: np.asarray(x[0]), final_states[name].last_context)
+        if not context.mask.any():
+            return {}
+        maps, labels = context_attention(self, params, context)
+        return write_attention(config.workdir, maps, labels,
+                               f"{config.experiment} ({self.label(config)}) env 0, {name}")
 
     def __init__(self, model_config: ml_collections.ConfigDict, action_dims: Sequence[int],
                  context_len: int, num_observations: int | None = None, continuous_dim: int = 0):

@@ -1,19 +1,23 @@
-"""Return-conditioned rollouts of a Decision Transformer: `vmap` over environments, `lax.scan`
-over steps, a fixed-shape sliding context (no recompilation per step).
+"""The Decision Transformer family's policy: return-conditioned acting from a sliding context.
 
 Each episode starts from a target return; after every step the reward is subtracted from the
-return-to-go fed to the model. The context holds the last K steps, newest last, left-padded with
-masked steps (the layout `data.trajectories.sample_trajectory_windows` trains on), and is cleared
-when an episode ends.
+return-to-go fed to the model. The context holds the last K steps of the current episode, newest
+last, left-padded with masked steps (the layout `data.trajectories.sample_trajectory_windows`
+trains on), and is cleared when an episode ends. The policy is a `ParamSource` whose arrays are
+`(params, target_return)`, so every target reuses one compiled rollout, on JAX envs (`vmap` x
+`lax.scan`) and on host simulators through the bridge alike.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import dataclasses
+from typing import Any
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
+from icrl_jax.data.sources import ParamSource, Source
 from icrl_jax.data.trajectories import Trajectories
 
 
@@ -38,116 +42,68 @@ def _push(context: Trajectories, **last) -> Trajectories:
                            for name in Trajectories.__dataclass_fields__})
 
 
-def env_action(env, method, components: jax.Array) -> jax.Array:
-    """The env's action for the method's output: a flat index for (multi-)discrete actions
-    (via `env.join_action` when the env has one), the vector for continuous ones."""
-    if not method.action_dims:
-        return components
-    if hasattr(env, "join_action"):
-        return env.join_action(components)
-    return components[0]
+@flax.struct.dataclass
+class ReturnConditionedState:
+    """context: the current episode's last K steps; last_context: the context as of the most
+    recent step (kept across an episode's end, for attention maps); return_to_go float32 `()`;
+    t int32 `()`, the step within the episode."""
+
+    context: Trajectories
+    last_context: Trajectories
+    return_to_go: jax.Array
+    t: jax.Array
 
 
-def make_rollout(method, env, context_len: int, num_steps: int,
-                 greedy: bool = False) -> Callable[..., Any]:
-    """Build `rollout(params, env_params, target_return, key)`, jitted.
+@dataclasses.dataclass(frozen=True)
+class ReturnConditionedPolicy:
+    """Builds a DT's policy `Source` from `(params, target_return)` (frozen: hashable, so one
+    compiled rollout serves every parameter value and target)."""
 
-    Args (of the returned function): env_params batched along E; target_return float32 `()` or
-    `(E,)`; key. Returns dict with `rewards` float32 `(E, num_steps)`, `dones` bool
-    `(E, num_steps)`, `actions` `(E, num_steps, n)` and `context`, the final `Trajectories`
-    context of every env `(E, K, ...)` (for attention maps).
-    """
+    method: Any
+    env: Any
+    context_len: int
+    greedy: bool
 
-    def one_env(params, env_params, target, key):
-        key_reset, key_steps = jax.random.split(key)
-        obs, state = env.reset(key_reset, env_params)
-        carry = (state, obs, empty_context(method, obs, context_len), target, jnp.int32(0))
+    def __call__(self, arrays) -> Source:
+        params, target = arrays
+        method, env, length = self.method, self.env, self.context_len
+        observation = jnp.zeros(env.observation_shape,
+                                jnp.uint8 if env.pixels else
+                                jnp.int32 if env.discrete_observations else jnp.float32)
 
-        def step(carry, key):
-            state, obs, context, rtg, t = carry
-            key_act, key_env = jax.random.split(key)
-            context = _push(context, observations=obs, returns_to_go=rtg, timesteps=t, mask=True)
-            action = method.choose_action(params, context, key_act, greedy)
-            context = context.replace(actions=context.actions.at[-1].set(action))
-            obs, state, reward, terminated, truncated, _ = env.step(
-                key_env, state, env_action(env, method, action), env_params)
-            done = terminated | truncated
-            context = context.replace(rewards=context.rewards.at[-1].set(reward))
+        def init(key, env_params):
+            del key, env_params
+            context = empty_context(method, observation, length)
+            return ReturnConditionedState(context, context, jnp.asarray(target, jnp.float32),
+                                          jnp.zeros((), jnp.int32))
+
+        def act(key, state, obs, env_state, env_params):
+            del env_state, env_params
+            context = _push(state.context, observations=obs, returns_to_go=state.return_to_go,
+                            timesteps=state.t, mask=True)
+            components = method.choose_action(params, context, key, self.greedy)
+            context = context.replace(actions=context.actions.at[-1].set(components))
+            action = env.join_action(components) if method.action_dims else components
+            return action, state.replace(context=context)
+
+        def update(key, state, transition, env_params):
+            del key, env_params
+            context = state.context.replace(
+                rewards=state.context.rewards.at[-1].set(transition.reward))
+            done = transition.done
             # A new episode starts from the target return with an empty context.
-            fresh = empty_context(method, obs, context_len)
-            context = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, context)
-            rtg = jnp.where(done, target, rtg - reward)
-            t = jnp.where(done, 0, t + 1)
-            return (state, obs, context, rtg, t), (reward, done, action)
+            fresh = empty_context(method, observation, length)
+            return ReturnConditionedState(
+                jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, context), context,
+                jnp.where(done, jnp.asarray(target, jnp.float32),
+                          state.return_to_go - transition.reward),
+                jnp.where(done, 0, state.t + 1))
 
-        (_, _, context, _, _), (rewards, dones, actions) = jax.lax.scan(
-            step, carry, jax.random.split(key_steps, num_steps))
-        return dict(rewards=rewards, dones=dones, actions=actions, context=context)
-
-    def rollout(params, env_params, target_return, key):
-        num_envs = jax.tree.leaves(env_params)[0].shape[0]
-        targets = jnp.broadcast_to(jnp.asarray(target_return, jnp.float32), (num_envs,))
-        keys = jax.random.split(key, num_envs)
-        return jax.vmap(one_env, in_axes=(None, 0, 0, 0))(params, env_params, targets, keys)
-
-    return jax.jit(rollout)
+        return Source(init, act, update, name=f"{method.name}@return")
 
 
-def episode_returns(rewards: jax.Array, episode_length: int) -> jax.Array:
-    """float `(E, S)` rewards of fixed-length episodes -> `(E, S // episode_length)` returns."""
-    num_envs, steps = rewards.shape
-    whole = steps // episode_length * episode_length
-    return rewards[:, :whole].reshape(num_envs, -1, episode_length).sum(-1)
-
-
-class DTHostPolicy:
-    """A Decision Transformer as a `envs.host.bridge.HostPolicy`: return-conditioned rollouts
-    of host simulators (ViZDoom) through `host_rollout`'s single jitted scan, one batched
-    callback per step.
-
-    The rule is `make_rollout`'s: each env's context holds the last K steps of its current
-    episode (left-padded, masked); the return-to-go starts at `target_return` and loses every
-    reward; the context is cleared when an episode ends. The bridge reports the previous step's
-    reward and done with each observation, so they are applied here before acting. The
-    per-env work is `vmap`ped; `params` are constants of the jitted rollout.
-
-    State: (contexts `(N, K, ...)`, rtg float32 `(N,)`, t int32 `(N,)`).
-    """
-
-    def __init__(self, method, params, context_len: int, target_return: float,
-                 obs_shape: tuple[int, ...], obs_dtype=jnp.uint8, greedy: bool = False):
-        if not method.action_dims:
-            raise ValueError("DTHostPolicy drives (multi-)discrete host envs; "
-                             "this method has continuous actions")
-        self.method, self.params = method, params
-        self.context_len, self.target = int(context_len), float(target_return)
-        self.obs = jnp.zeros(tuple(obs_shape), obs_dtype)  # shape/dtype of one observation
-        self.greedy = bool(greedy)
-
-    def init(self, key, num_envs):
-        del key
-        context = empty_context(self.method, self.obs, self.context_len)
-        contexts = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs,) + x.shape), context)
-        return (contexts, jnp.full((num_envs,), self.target, jnp.float32),
-                jnp.zeros((num_envs,), jnp.int32))
-
-    def act(self, key, state, step):
-        contexts, rtg, t = state
-        num_envs = step.obs.shape[0]
-
-        def one_env(context, rtg, t, obs, reward, done, key):
-            # Finish the previous step, then start a fresh episode if it ended.
-            context = context.replace(rewards=context.rewards.at[-1].set(reward))
-            fresh = empty_context(self.method, obs, self.context_len)
-            context = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, context)
-            rtg = jnp.where(done, self.target, rtg - reward)
-            t = jnp.where(done, 0, t)
-            context = _push(context, observations=obs, returns_to_go=rtg, timesteps=t, mask=True)
-            action = self.method.choose_action(self.params, context, key, self.greedy)
-            context = context.replace(actions=context.actions.at[-1].set(action))
-            return context, rtg, t + 1, action
-
-        # At t=0 the bridge reports reward 0 and done False: the first push needs no special case.
-        contexts, rtg, t, actions = jax.vmap(one_env)(
-            contexts, rtg, t, step.obs, step.reward, step.done, jax.random.split(key, num_envs))
-        return actions, (contexts, rtg, t)
+def return_conditioned_source(method, params, env, context_len: int, target_return: float,
+                              greedy: bool) -> ParamSource:
+    """The DT acting on `env` towards `target_return` (see `ReturnConditionedPolicy`)."""
+    policy = ReturnConditionedPolicy(method, env, int(context_len), bool(greedy))
+    return ParamSource(policy, (params, jnp.float32(target_return)), name=f"{method.name}@return")

@@ -29,7 +29,9 @@ import jax.numpy as jnp
 import ml_collections
 
 from icrl_jax.data.dataset import StepWindows
-from icrl_jax.methods.ad import AD
+from icrl_jax.methods import register
+from icrl_jax.methods.ad import AD, grid_size_of
+from icrl_jax.methods.in_context import InContextMethod
 from icrl_jax.models.heads import MASKED_LOGIT, mask_logits
 from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
@@ -210,7 +212,8 @@ class HeadlessADModel(nn.Module):
         return nn.Dense(self.action_embed_dim, name="predicted_embedding")(hidden), cache
 
 
-class HeadlessAD:
+@register
+class HeadlessAD(InContextMethod):
     """The Headless-AD method: model, per-step random embeddings, loss and policy logits.
 
     Args:
@@ -222,6 +225,23 @@ class HeadlessAD:
     """
 
     name = "headless_ad"
+    any_action_count = True  # its parameters do not depend on the action count
+
+    @classmethod
+    def from_config(cls, config, env, model_config) -> "HeadlessAD":
+        return cls(model_config, None if env.pixels else env.num_observations,
+                   grid_size_of(config, env))
+
+    @classmethod
+    def label(cls, config) -> str:
+        """`report.label`, or Headless-AD with its ablation switches named (Table 1 rows)."""
+        if config.get("report") is not None and config.report.get("label"):
+            return config.report.label
+        model = config.model
+        parts = [name for name, ablated in (
+            ("Prompt Ablation", not model.prompt), ("Loss Ablation", model.loss != "infonce"),
+            ("Embed Ablation", model.embeddings != "orthonormal")) if ablated]
+        return " + ".join(parts) or "Headless-AD"
 
     def __init__(self, model_config: ml_collections.ConfigDict, num_observations: int | None,
                  grid_size: int | None = None):
@@ -246,10 +266,10 @@ class HeadlessAD:
         """One random embedding map `(num_actions, E)` (a training step or an evaluation run)."""
         return sample_action_embeddings(key, num_actions, self.embed_dim, self.embedding_kind)
 
-    def eval_params(self, params, key: jax.Array, num_actions: int) -> dict:
+    def eval_params(self, params, key: jax.Array, env) -> dict:
         """Trained params plus the embedding map of one evaluation run (what `context_logits`
         and `in_context_source` take)."""
-        return {"model": params, "action_embeddings": self.action_embeddings(key, num_actions)}
+        return {"model": params, "action_embeddings": self.action_embeddings(key, env.num_actions)}
 
     @property
     def decodes_incrementally(self) -> bool:
@@ -382,11 +402,13 @@ def permute_action_ids(key: jax.Array, batch: StepWindows) -> StepWindows:
     return batch.replace(actions=relabel(batch.actions), prev_actions=relabel(batch.prev_actions))
 
 
+@register
 class PermutedAD(AD):
     """AD trained on randomly permuted action sets (the paper's appendix C baseline): every
     training window gets its own permutation of the action labels; evaluation is plain AD."""
 
     name = "ad_permuted"
+    display_name = "AD (permuted training)"
 
     def loss(self, params, batch: StepWindows, key: jax.Array, deterministic: bool = False):
         permute_key, key = jax.random.split(key)

@@ -9,9 +9,11 @@ ablation is `model.timestep_encoding = "none"`. Which token predicts which compo
 
 from __future__ import annotations
 
+from icrl_jax.methods import register
 from icrl_jax.methods.dt import DecisionTransformer
 
 
+@register
 class MSAT(DecisionTransformer):
     """M-SAT: one state-conditioned token per action component (see `DecisionTransformer`)."""
 
@@ -20,6 +22,7 @@ class MSAT(DecisionTransformer):
     state_in_action_tokens = True
 
 
+@register
 class MAT(DecisionTransformer):
     """MAT: one token per action component, tokenised without the state embedding."""
 
@@ -27,5 +30,3 @@ class MAT(DecisionTransformer):
     multi_action_tokens = True
     state_in_action_tokens = False
 
-
-DT_METHODS = {"dt": DecisionTransformer, "msat": MSAT, "mat": MAT}

@@ -1,11 +1,15 @@
-"""Source algorithms whose learning histories are distilled, as pure functions.
+"""Policies as pure functions: the source algorithms whose histories are distilled, and (built
+by the methods) trained models acting in context.
 
-A `Source` is three pure, jittable functions over a per-history learner state `S` (any pytree).
-They see ONE history (one task); `generate_histories` vmaps them over tasks and scans over steps.
+A `Source` is three pure, jittable functions over a per-history policy state `S` (any pytree).
+They see ONE history (one task); the rollout driver (`data.histories.generate_histories`, and
+`run_on_host` for simulators behind the bridge) vmaps them over envs and scans over steps.
 
 * `init(key, env_params) -> S`
-* `act(key, S, obs, env_state, env_params) -> action` (int32 `()`, always an available action)
-* `update(key, S, transition, env_params) -> S` with a `Transition` of that step.
+* `act(key, S, obs, env_state, env_params) -> (action, S)`: an action (int32 `()`, always an
+  available one; float32 `(d,)` for continuous envs) and the state after acting (a transformer
+  keeps the token it just decoded; most sources return `S` unchanged).
+* `update(key, S, transition, env_params) -> S` with the `Transition` of that step.
 
 Privileged sources (the noisy oracle, Q-learning's key flag on Key-to-Door) may read `env_state`
 and `env_params`; the recorded `History` holds only what the learner sees (obs, action, reward,
@@ -18,6 +22,8 @@ from typing import Any, Callable, NamedTuple
 
 import flax.struct
 import jax
+
+from icrl_jax.errors import UserError, unknown_name
 
 
 @flax.struct.dataclass
@@ -49,7 +55,7 @@ class Source(NamedTuple):
     """A learning algorithm as pure functions (see the module docstring). `name` is for metadata."""
 
     init: Callable[..., Any]
-    act: Callable[..., jax.Array]
+    act: Callable[..., tuple[jax.Array, Any]]
     update: Callable[..., Any]
     name: str = "source"
 
@@ -75,6 +81,42 @@ from icrl_jax.data.sources.q_learning import q_learning  # noqa: E402
 from icrl_jax.data.sources.thompson import BETA_SAMPLERS, sample_beta, thompson_sampling  # noqa: E402
 from icrl_jax.data.sources.uniform import masked_uniform_action, uniform_random  # noqa: E402
 
-__all__ = ["Source", "ParamSource", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
+
+
+def _noisy_expert(env, num_steps, **kwargs):
+    from icrl_jax.data.trajectories import noisy_expert
+    if not env.has_oracle:
+        raise UserError(f"source noisy_expert needs an env with a privileged expert; "
+                        f"{type(env).__name__} has none")
+    return noisy_expert(env, num_steps=num_steps, **kwargs)
+
+
+#: Source name -> `builder(env, num_steps, kwargs)`; `num_steps` is the history length.
+SOURCES: dict[str, Callable[..., Source]] = {
+    "thompson_sampling": lambda env, num_steps, kw: thompson_sampling(**kw),
+    "linucb": lambda env, num_steps, kw: linucb(**kw),
+    "q_learning": lambda env, num_steps, kw: q_learning(
+        env, num_episodes=num_steps // env.episode_length, **kw),
+    "noisy_oracle": lambda env, num_steps, kw: noisy_oracle(env, num_steps=num_steps, **kw),
+    "episode_replay": lambda env, num_steps, kw: episode_replay(env, num_steps=num_steps, **kw),
+    "uniform_random": lambda env, num_steps, kw: uniform_random(**kw),
+    "noisy_expert": lambda env, num_steps, kw: _noisy_expert(env, num_steps, **kw),
+}
+
+
+def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
+    """The source `name` for `env` and histories of `num_steps` steps. On a host simulator the
+    source is the env's own privileged oracle (a bridge `HostPolicy`), whatever the name."""
+    if env.host:
+        return env.oracle(num_steps, **dict(kwargs))
+    if name not in SOURCES:
+        raise unknown_name("source", name, SOURCES)
+    try:
+        return SOURCES[name](env, num_steps, dict(kwargs))
+    except TypeError as e:
+        raise UserError(f"bad data.source_kwargs for source {name!r}: {e}") from e
+
+
+__all__ = ["SOURCES", "build_source", "Source", "ParamSource", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
            "q_learning", "noisy_oracle", "episode_replay", "grid_oracle_action", "uniform_random",
            "masked_uniform_action"]

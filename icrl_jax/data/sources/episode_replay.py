@@ -77,7 +77,7 @@ def episode_replay(env, num_steps: int, eps_start: float = 0.5, eps_end: float =
         eps = eps_start + (eps_end - eps_start) * jnp.minimum(state.t / decay_steps, 1.0)
         random_action = uniform_pick(u[1], params.action_mask)
         remembered = state.best[lookup_key(state, obs)]
-        return jnp.where((remembered >= 0) & (u[0] >= eps), remembered, random_action)
+        return jnp.where((remembered >= 0) & (u[0] >= eps), remembered, random_action), state
 
     def update(key, state, tr, params):
         del key, params

@@ -39,7 +39,7 @@ def linucb(alpha: float = 1.0, ridge: float = 1.0) -> "sources.Source":
         x = obs.astype(jnp.float32)
         theta = jnp.einsum("aij,aj->ai", a_inv, b)
         width = jnp.sqrt(jnp.maximum(jnp.einsum("i,aij,j->a", x, a_inv, x), 0.0))
-        return masked_argmax(key, theta @ x + alpha * width, params.action_mask)
+        return masked_argmax(key, theta @ x + alpha * width, params.action_mask), state
 
     def update(key, state, tr, params):
         a_inv, b = state

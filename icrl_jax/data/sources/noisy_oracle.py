@@ -49,9 +49,9 @@ def grid_oracle_action(env, env_state, params) -> jax.Array:
 
 
 def _oracle_for(env):
-    if hasattr(env, "expert_action"):  # envs that ship their own expert (e.g. the button room)
+    if env.has_oracle:  # envs that ship their own expert (e.g. the button room)
         return env.expert_action
-    if hasattr(env, "expected_rewards"):
+    if env.kind == "bandit":
         return lambda env_state, params: first_argmax(env.expected_rewards(env_state, params))
     return lambda env_state, params: grid_oracle_action(env, env_state, params)
 
@@ -77,7 +77,7 @@ def noisy_oracle(env, num_steps: int, eps_start: float = 1.0, eps_end: float = 0
         u = jax.random.uniform(key, (2,))
         eps = eps_start + (eps_end - eps_start) * jnp.minimum(t / decay_steps, 1.0)
         random_action = uniform_pick(u[1], params.action_mask)
-        return jnp.where(u[0] < eps, random_action, oracle(env_state, params))
+        return jnp.where(u[0] < eps, random_action, oracle(env_state, params)), t
 
     def update(key, t, tr, params):
         return t + 1

@@ -80,7 +80,7 @@ def q_learning(env, num_episodes: int, lr: float = 0.9933, discount: float = 0.6
             greedy = rotated_argmax(u[2], row, params.action_mask)
         explore = u[0] < epsilon(state["episode"])
         random_action = pick_available(u[1], state["available"], state["count"])
-        return jnp.where(explore, random_action, greedy)
+        return jnp.where(explore, random_action, greedy), state
 
     def update(key, state, tr, params):
         q = state["q"]

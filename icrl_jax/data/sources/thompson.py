@@ -163,7 +163,7 @@ def thompson_sampling(sampler: str = "exact", proposals: int = 2,
     def act(key, state, obs, env_state, params):
         # Continuous draws tie with probability 0: a plain argmax needs no tie-break randomness.
         theta = jnp.where(params.action_mask, sample(key, *state), -jnp.inf)
-        return first_argmax(theta)
+        return first_argmax(theta), state
 
     def update(key, state, tr, params):
         alpha, beta = state

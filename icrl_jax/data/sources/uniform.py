@@ -70,7 +70,7 @@ def uniform_random() -> "sources.Source":
         return ()
 
     def act(key, state, obs, env_state, params):
-        return masked_uniform_action(key, params.action_mask)
+        return masked_uniform_action(key, params.action_mask), state
 
     def update(key, state, transition, params):
         return state

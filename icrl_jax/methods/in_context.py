@@ -1,10 +1,15 @@
-"""In-context evaluation: a trained model acts on held-out tasks with its own history as context.
+"""The AD family's in-context policy and training data (AD, Headless-AD, AD with a pixel encoder).
 
-The model's policy is a source algorithm like any other (`init/act/update`), so its rollouts run
-through the same `vmap(scan(...))` history generator as the sources it was distilled from, and the
-same metrics apply to all of them. The context is a fixed-shape sliding window: while it is not
-full, step t writes position t; afterwards the window shifts left by one each step. No shape
-changes per step, hence one compilation for the whole rollout.
+The trained model acts with its own history as context: `act` writes the token (last action,
+last reward, observation) and picks an action from the model's logits at that position; `update`
+records the action taken and the reward received, so the next token carries them. The context is
+a fixed-shape sliding window: while it is not full, step t writes position t; afterwards the
+window shifts left by one each step. No shape changes per step, hence one compilation for the
+whole rollout. When the whole rollout fits in the context, methods that can decode from a
+key/value cache do: one token per step, and each step is decoded exactly once.
+
+Methods with a pixel encoder (`caches_encoded_context`) keep encoder features in the context, so
+each frame goes through the CNN once instead of at each of the L steps it spends in the window.
 """
 
 from __future__ import annotations
@@ -16,8 +21,13 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.dataset import (StepWindows, check_dataset, sample_windows,
+                                   subsample_episodes, to_step_windows)
+from icrl_jax.data.history import History
+from icrl_jax.data.pixel_store import PixelStore, StepWindowsLoader, example_step_windows
 from icrl_jax.data.sources import ParamSource, Source
+from icrl_jax.data.train_data import TrainData, on_device
+from icrl_jax.methods.base import Method
 from icrl_jax.models.heads import checked_temperature, select_actions
 
 
@@ -76,22 +86,6 @@ def record_outcome(context: ContextState, action: jax.Array, reward: jax.Array) 
                            last_reward=reward.astype(jnp.float32))
 
 
-def context_policy_action(method, params, context: ContextState, observation: jax.Array,
-                          key: jax.Array, greedy: bool, temperature: float = 1.0
-                          ) -> tuple[ContextState, jax.Array]:
-    """Push the observation, run the model on the window and pick an action (one environment).
-
-    `method.context_logits(params, window (1, L), key) -> (1, L, A)` is all a method provides.
-    """
-    context, index = push_observation(context, observation)
-    logits_key, action_key = jax.random.split(key)
-    logits = method.context_logits(params, context.window, logits_key)  # (1, L, A)
-    logits_now = jax.lax.dynamic_index_in_dim(logits[0], index, axis=0, keepdims=False)
-    action = select_actions(action_key, logits_now, context.window.action_mask[0], greedy,
-                            temperature)
-    return context, action
-
-
 @flax.struct.dataclass
 class CachedContext:
     """The key/value cache of one environment's whole rollout (incremental decoding).
@@ -137,36 +131,52 @@ class InContextPolicy:
         """Decode from a key/value cache: when the whole rollout fits in the context (so no
         token is ever evicted and the result equals recomputing the window) and the method
         can. Each step then costs one token instead of the whole window."""
-        return (hasattr(self.method, "decode_logits")
-                and getattr(self.method, "decodes_incrementally", True)
-                and self.max_steps is not None
+        return (self.method.decodes_incrementally and self.max_steps is not None
                 and self.max_steps <= self.context_len)
+
+    @property
+    def encoded(self) -> bool:
+        return self.method.caches_encoded_context
+
+    def _token(self, params, observation):
+        """What the context stores for one observation: itself, or its encoder features."""
+        if not self.encoded:
+            return observation
+        return self.method.encode_observations(params, observation[None])[0]
 
     def __call__(self, params) -> Source:
         if self.cached:
             return self._cached_source(params)
-        method, env, greedy = self.method, self.env, self.greedy
+        method, env = self.method, self.env
+        score = method.encoded_context_logits if self.encoded else method.context_logits
 
         def init(key, env_params):
             del key
             observation = jnp.zeros(env.observation_shape,
+                                    jnp.uint8 if env.pixels else
                                     jnp.int32 if env.discrete_observations else jnp.float32)
-            return empty_context(self.context_len, observation, env.action_mask(env_params))
+            token = jax.eval_shape(self._token, params, observation)
+            return empty_context(self.context_len, jnp.zeros(token.shape, token.dtype),
+                                 env.action_mask(env_params))
 
         def act(key, context, obs, env_state, env_params):
             del env_state, env_params
-            return context_policy_action(method, params, context, obs, key, greedy,
-                                         self.temperature)[1]
+            context, index = push_observation(context, self._token(params, obs))
+            logits_key, action_key = jax.random.split(key)
+            logits = score(params, context.window, logits_key)  # (1, L, A)
+            logits_now = jax.lax.dynamic_index_in_dim(logits[0], index, axis=0, keepdims=False)
+            action = select_actions(action_key, logits_now, context.window.action_mask[0],
+                                    self.greedy, self.temperature)
+            return action, context
 
         def update(key, context, transition, env_params):
             del key, env_params
-            context, _ = push_observation(context, transition.obs)
             return record_outcome(context, transition.action, transition.reward)
 
         return Source(init, act, update, name=f"{method.name}_in_context")
 
     def _cached_source(self, params) -> Source:
-        method, env, greedy = self.method, self.env, self.greedy
+        method, env = self.method, self.env
 
         def init(key, env_params):
             del key
@@ -176,24 +186,19 @@ class InContextPolicy:
                                  jnp.asarray(action_mask.shape[-1], jnp.int32),
                                  jnp.zeros((), jnp.float32))
 
-        def decode(context, obs, env_params):
+        def act(key, context, obs, env_state, env_params):
+            del env_state
             mask = env.action_mask(env_params)
             step = _step_window(obs, context.last_action, context.last_reward, mask)
             logits, cache = method.decode_logits(params, context.cache, step, context.step)
-            return logits[0, 0], cache, mask
-
-        def act(key, context, obs, env_state, env_params):
-            del env_state
-            logits, _, mask = decode(context, obs, env_params)
-            _, action_key = jax.random.split(key)  # the keys `context_policy_action` uses
-            return select_actions(action_key, logits, mask, greedy, self.temperature)
+            _, action_key = jax.random.split(key)  # the keys of the sliding-window policy
+            action = select_actions(action_key, logits[0, 0], mask, self.greedy,
+                                    self.temperature)
+            return action, context.replace(cache=cache)
 
         def update(key, context, transition, env_params):
-            del key
-            # `act` could not keep its cache write (a source's act returns only the action),
-            # so the step is decoded again here: two one-token passes per step.
-            _, cache, _ = decode(context, transition.obs, env_params)
-            return CachedContext(cache, context.step + 1,
+            del key, env_params
+            return CachedContext(context.cache, context.step + 1,
                                  transition.action.astype(jnp.int32),
                                  transition.reward.astype(jnp.float32))
 
@@ -202,15 +207,54 @@ class InContextPolicy:
 
 def in_context_source(method, params, env, context_len: int, greedy: bool,
                       max_steps: int | None = None, temperature: float = 1.0) -> ParamSource:
-    """The trained model as a source: its state is the sliding context of its own history.
+    """The trained model as a policy whose state is the context of its own history.
 
-    `act` scores the context with the new observation appended; `update` commits that observation
-    with the action taken and the reward received, so the next token carries them. `params` is
-    opaque here and handed to `method.context_logits`. With `max_steps` (the rollout length)
-    no longer than `context_len`, methods that can decode incrementally do (see
+    `params` is opaque here and handed to the method's logits functions. With `max_steps` (the
+    rollout length) no longer than `context_len`, methods that can decode incrementally do (see
     `InContextPolicy.cached`). `temperature` (> 0) divides the logits before sampling.
     """
     policy = InContextPolicy(method, env, context_len, bool(greedy), max_steps,
                              checked_temperature(temperature))
-    return ParamSource(policy, params,
-                       name=f"{method.name}_in_context")
+    return ParamSource(policy, params, name=f"{method.name}_in_context")
+
+
+class InContextMethod(Method):
+    """Shared by the AD family: trains on step windows of learning histories (in memory, or
+    streamed from a pixel store) and acts in context (`in_context_source`).
+
+    Subclasses provide `context_logits(params, window (1, L), key) -> (1, L, A)`; optionally
+    `decode_init` / `decode_logits` with `decodes_incrementally` (key/value cache), and
+    `encode_observations` / `encoded_context_logits` with `caches_encoded_context`.
+    """
+
+    decodes_incrementally = False
+    caches_encoded_context = False
+
+    def training_data(self, dataset, config, env) -> TrainData:
+        train = config.train
+        if isinstance(dataset, PixelStore):
+            if tuple(dataset.meta["obs_shape"]) != tuple(env.observation_shape):
+                raise ValueError(f"the pixel store holds observations {dataset.meta['obs_shape']}, "
+                                 f"the env {list(env.observation_shape)}")
+            dataset._valid_starts(train.seq_len)  # raises when no history is as long as a window
+
+            def loader_fn(start_step: int) -> StepWindowsLoader:
+                return StepWindowsLoader(dataset, env.num_actions, train.batch_size, train.seq_len,
+                                         train.steps_per_call, start_step, seed=config.seed,
+                                         prefetch=train.prefetch)
+
+            return TrainData(example_step_windows(dataset, env.num_actions, train.seq_len),
+                             loader_fn=loader_fn)
+        if not isinstance(dataset, History):
+            raise TypeError(f"{self.name} trains on learning histories or a pixel store, got "
+                            f"{type(dataset).__name__}")
+        history, lengths = subsample_episodes(dataset, config.data.subsample)
+        check_dataset(history, num_actions=env.num_actions, num_observations=env.num_observations,
+                      observation_shape=env.observation_shape, window=train.seq_len,
+                      lengths=lengths)
+        return on_device(to_step_windows(history, lengths), sample_windows, train.seq_len)
+
+    def policies(self, params, env, config) -> dict[str, Any]:
+        return {"model": in_context_source(self, params, env, config.train.seq_len,
+                                           config.eval.greedy, max_steps=config.eval.num_steps,
+                                           temperature=config.eval.temperature)}

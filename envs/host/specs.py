@@ -1,0 +1,149 @@
+"""Host simulators as environments of the one core: typed `EnvSpec`s with a task set, a bridge
+factory and a privileged oracle.
+
+A `HostEnv` is what `envs.make(name)` returns for a simulator behind the bridge (`host = True`):
+shared code reads its attributes as it reads a JAX env's, and runs policies on it through
+`make_bridge(tasks)` (one simulator process per row of `tasks`). The simulator modules are
+imported only when a bridge or an oracle is built (they pull in heavy native dependencies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from envs.core import EnvSpec
+
+
+class HostEnv(EnvSpec):
+    """A host simulator (pixels, episodic) behind the bridge.
+
+    Subclasses set `num_actions`, `observation_shape`, and define `tasks`, `make_bridge` and
+    `oracle`; `rollout_metrics` may add simulator-specific metrics to an evaluation.
+    """
+
+    host = True
+    pixels = True
+    has_oracle = True
+
+    def action_mask(self, params: Any) -> jnp.ndarray:
+        del params  # every action is available in every task
+        return jnp.ones(self.num_actions, bool)
+
+    def tasks(self) -> np.ndarray:
+        """Every task, one row each (a single-task simulator has one row)."""
+        raise NotImplementedError
+
+    def task_split(self, num_train: int, num_test: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Seeded disjoint train / held-out task rows (a single-task simulator uses its one
+        task for both)."""
+        tasks = self.tasks()
+        if len(tasks) == 1:
+            return tasks, tasks
+        if num_train + num_test > len(tasks):
+            raise ValueError(f"{num_train} + {num_test} tasks requested but only {len(tasks)} exist")
+        order = np.random.default_rng(seed).permutation(len(tasks))
+        return tasks[order[:num_train]], tasks[order[num_train:num_train + num_test]]
+
+    def make_bridge(self, tasks: np.ndarray):
+        """A `HostVectorEnv` with one simulator per row of `tasks`."""
+        raise NotImplementedError
+
+    def oracle(self, num_steps: int, **kwargs):
+        """The privileged source as a bridge `HostPolicy` (what the data distils)."""
+        raise NotImplementedError
+
+    def rollout_metrics(self, out: dict[str, np.ndarray], num_steps: int) -> dict[str, Any]:
+        """Simulator-specific metrics of one policy's rollout (default: none)."""
+        del out, num_steps
+        return {}
+
+
+class MiniworldRoom(HostEnv):
+    """Miniworld dark room (`goal` tasks) or key-to-door (`(key, door)` tasks), 64x64 RGB
+    frames, 3 actions (forward, turn left, turn right); see `envs/host/miniworld.py`."""
+
+    num_actions = 3
+    observation_shape = (64, 64, 3)
+
+    def __init__(self, layout: str = "darkroom", episode_length: int = 50):
+        if layout not in ("darkroom", "key_to_door"):
+            raise ValueError(f"Miniworld layout must be 'darkroom' or 'key_to_door', got {layout!r}")
+        self.layout, self.episode_length = layout, int(episode_length)
+
+    def tasks(self) -> np.ndarray:
+        from envs.host import miniworld as mw
+        return mw.darkroom_goals() if self.layout == "darkroom" else mw.key_door_pairs()
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.tasks())
+
+    def make_bridge(self, tasks: np.ndarray):
+        from envs.host import miniworld as mw
+        make = mw.darkroom_bridge if self.layout == "darkroom" else mw.key_to_door_bridge
+        return make(tasks, self.episode_length, record=False)
+
+    def oracle(self, num_steps: int, **kwargs):
+        from envs.host import miniworld as mw
+        try:
+            return mw.NoisyOracle(num_steps, **kwargs)
+        except TypeError as e:
+            raise ValueError(f"bad data.source_kwargs for the Miniworld noisy oracle: {e}") from e
+
+
+class ViZDoom(HostEnv):
+    """A ViZDoom scenario (one task; envs are seeded apart), 72x128 RGB frames, multi-discrete
+    actions given to the bridge as components; see `envs/host/vizdoom.py`."""
+
+    num_tasks = 1
+
+    def __init__(self, scenario: str = "my_way_home"):
+        from envs.host import vizdoom as vd
+        if scenario not in vd.SCENARIOS:
+            raise ValueError(f"env.kwargs.scenario must be one of {vd.SCENARIOS}, got {scenario!r}")
+        self.scenario = scenario
+        self.observation_shape = tuple(vd.OBS_SHAPE)
+        self._action_dims = tuple(int(d) for d in vd.action_nvec(scenario))
+        self.num_actions = int(np.prod(self._action_dims))
+
+    @property
+    def action_dims(self) -> tuple[int, ...]:
+        return self._action_dims
+
+    def join_action(self, components):
+        return components  # the simulator takes the components themselves
+
+    def tasks(self) -> np.ndarray:
+        return np.zeros(1, np.int32)
+
+    def make_bridge(self, tasks: np.ndarray):
+        from envs.host import vizdoom as vd
+        return vd.doom_bridge(self.scenario, len(tasks), record=False)
+
+    def oracle(self, num_steps: int, noise: float = 0.0, **kwargs):
+        from envs.host import vizdoom as vd
+        del num_steps, kwargs
+        return vd.DoomExpert(self.scenario, noise)
+
+    def rollout_metrics(self, out: dict[str, np.ndarray], num_steps: int) -> dict[str, Any]:
+        """Return and success over the episodes that start early enough to end within the
+        rollout whatever happens (`vizdoom.episode_stats`); Deadly Corridor also in the M-SAT
+        paper's units (ViZDoom's reward / 100)."""
+        from envs.host import vizdoom as vd
+        max_start = int(num_steps) - vd.MAX_EPISODE_STEPS - 1  # 1 step of slack
+        if max_start < 0:
+            raise ValueError(f"eval.num_steps={num_steps} is shorter than one "
+                             f"{vd.MAX_EPISODE_STEPS}-step episode time limit")
+        returns, success = vd.episode_stats(out["rewards"], out["dones"], out["terminated"],
+                                            self.scenario, max_start=max_start)
+        found = len(returns) > 0
+        metrics = dict(return_counted=float(returns.mean()) if found else None,
+                       return_std=float(returns.std()) if found else None,
+                       success=float(success.mean()) if found else None,
+                       episodes_counted=int(len(returns)))
+        if self.scenario == "deadly_corridor" and found:
+            metrics["return_paper_units"] = float(returns.mean()) / 100.0
+        return metrics

@@ -1,0 +1,188 @@
+"""Data builders: how a run's training dataset is made and opened, registered by name.
+
+`config.data.builder` names one (default "histories"). A builder makes the dataset once (skipped
+when it exists, unless forced) and opens it as what a method's `training_data` reads: a `History`
+(arrays, `histories.npz`), a `PixelStore` (pixel learning histories on disk) or a
+`PixelTrajectoryStore` (pixel episodes on disk).
+
+* "histories": learning histories of `data.source` on the training tasks: on device for JAX envs
+  (`histories.npz`), through the bridge into a pixel store for host simulators.
+* "vizdoom_expert": episodes of the privileged ViZDoom expert with per-env action noise,
+  recorded into a pixel trajectory store shared by every method of a scenario and preset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from icrl_jax import metrics as M
+from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history import load_history, save_history
+from icrl_jax.data.pixel_store import PixelStore, PixelStoreWriter
+from icrl_jax.data.rollout import run_policies
+from icrl_jax.data.sources import build_source
+from icrl_jax.errors import UserError, unknown_name
+
+
+def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
+    """Train and held-out tasks: task ids of a JAX env (a seeded split of a finite task set, or
+    disjoint id ranges for unlimited tasks such as bandits), or task rows of a host simulator."""
+    data = config.data
+    if env.host:
+        return env.task_split(data.num_train_tasks, data.num_test_tasks, data.split_seed)
+    if env.num_tasks is None:
+        train = np.arange(data.num_train_tasks, dtype=np.int32)
+        return train, np.arange(data.num_train_tasks, data.num_train_tasks + data.num_test_tasks,
+                                dtype=np.int32)
+    if data.num_train_tasks + data.num_test_tasks > env.num_tasks:
+        raise UserError(f"{config.env.name} has {env.num_tasks} tasks, fewer than "
+                        f"num_train_tasks + num_test_tasks = "
+                        f"{data.num_train_tasks + data.num_test_tasks}")
+    from envs import split_tasks
+    train, test = split_tasks(env.num_tasks, data.num_train_tasks, data.split_seed)
+    return train, test[: data.num_test_tasks]
+
+
+class Histories:
+    """Learning histories of `data.source` on every training task (`histories_per_task` each)."""
+
+    def path(self, config, env) -> str:
+        return config.data.path or os.path.join(
+            config.workdir, "pixel_store" if env.host else "histories.npz")
+
+    def exists(self, path: str, env) -> bool:
+        return os.path.exists(os.path.join(path, "meta.json") if env.host else path)
+
+    def build(self, config, env, path: str) -> None:
+        train_ids, _ = task_split(env, config)
+        tasks = np.repeat(train_ids, config.data.histories_per_task, axis=0)
+        num_steps = int(config.data.num_steps)
+        source = build_source(config.data.source, env, num_steps,
+                              config.data.source_kwargs.to_dict())
+        start = time.perf_counter()
+        if env.host:
+            self._record(config, env, path, tasks, source, num_steps)
+            return
+        history = jax.block_until_ready(generate_histories(
+            env, source, env.task_params(tasks), num_steps, jax.random.PRNGKey(config.seed),
+            task_ids=tasks))
+        seconds = time.perf_counter() - start
+        save_history(path, history, metadata=dict(
+            env=config.env.name, env_kwargs=config.env.kwargs.to_dict(),
+            source=config.data.source, source_kwargs=config.data.source_kwargs.to_dict(),
+            seed=config.seed, generation_seconds=seconds))
+        print(f"generated {history.num_histories} histories x {history.length} steps of "
+              f"{config.data.source} in {seconds:.1f}s -> {path}")
+
+    def _record(self, config, env, path, tasks, source, num_steps) -> None:
+        """Host simulators: the source through the bridge, pool by pool, into a pixel store."""
+        if os.path.exists(path):
+            shutil.rmtree(path)  # an incomplete or forced-over store
+        start = time.perf_counter()
+        out = run_policies(env, {"source": source}, tasks, num_steps,
+                           jax.random.PRNGKey(config.seed), seed=int(config.seed),
+                           workers=int(config.env.get("num_workers", 0)) or None,
+                           show_progress=config.run.progress, keep_observations=True)["source"]
+        with PixelStoreWriter(path, tuple(env.observation_shape), (),
+                              chunk_steps=config.data.chunk_steps) as writer:
+            for i in range(len(tasks)):
+                writer.add_history(out["observations"][i], out["actions"][i], out["rewards"][i],
+                                   out["dones"][i])
+        seconds = time.perf_counter() - start
+        returns = M.episode_returns_ragged(out["rewards"], out["dones"])
+        frames = len(tasks) * num_steps
+        stats = dict(env=config.env.name, histories=int(len(tasks)), steps_per_history=num_steps,
+                     frames=int(frames), generation_seconds=seconds,
+                     frames_per_second=frames / seconds,
+                     bytes_on_disk=sum(os.path.getsize(os.path.join(path, f))
+                                       for f in os.listdir(path)),
+                     first_episode_return=float(np.mean([r[0] for r in returns if len(r)])),
+                     last_episode_return=float(np.mean([r[-1] for r in returns if len(r)])))
+        with open(os.path.join(path, "dataset.json"), "w") as f:
+            json.dump(stats, f, indent=1)
+        print(f"recorded {len(tasks)} histories x {num_steps} steps ({frames} frames) in "
+              f"{seconds:.1f}s -> {path}; source return first episode "
+              f"{stats['first_episode_return']:.2f}, last {stats['last_episode_return']:.2f}")
+
+    def open(self, config, env, path: str):
+        if env.host:
+            return PixelStore(path)
+        return load_history(path)[0]
+
+
+class ViZDoomExpert:
+    """ViZDoom expert episodes in a pixel trajectory store (`envs/host/vizdoom.py`)."""
+
+    def path(self, config, env) -> str:
+        return config.data.path or os.path.join(
+            "runs", "datasets", f"vizdoom_{env.scenario}_{config.preset or 'paper'}")
+
+    def exists(self, path: str, env) -> bool:
+        return os.path.exists(os.path.join(path, "meta.json"))
+
+    def build(self, config, env, path: str) -> None:
+        from envs.host import vizdoom as vd
+        if os.path.isdir(path):
+            shutil.rmtree(path)  # a store is only our own chunk files
+        info = vd.record_expert_dataset(
+            path, env.scenario, int(config.data.num_steps), num_envs=int(config.data.num_envs),
+            noise=tuple(config.data.noise), seed=int(config.seed),
+            steps_per_call=int(config.data.steps_per_call))
+        print(f"recorded {info['steps']} steps ({info['episodes']} episodes, "
+              f"{info['bytes'] / 2**30:.2f} GiB) in {info['generation_seconds']} s -> {path}")
+
+    def open(self, config, env, path: str):
+        from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
+        return PixelTrajectoryStore(path)
+
+
+BUILDERS: dict[str, Any] = {"histories": Histories(), "vizdoom_expert": ViZDoomExpert()}
+
+
+def builder_of(config):
+    name = config.data.get("builder", "histories")
+    if name not in BUILDERS:
+        raise unknown_name("data builder", name, BUILDERS)
+    return BUILDERS[name]
+
+
+def dataset_path(config, env) -> str:
+    return builder_of(config).path(config, env)
+
+
+def generate(config, env, force: bool = False) -> str:
+    """Make the run's dataset unless it exists (or `force`); returns its path."""
+    builder = builder_of(config)
+    path = builder.path(config, env)
+    if force or not builder.exists(path, env):
+        builder.build(config, env, path)
+    return path
+
+
+def open_dataset(config, env):
+    """The run's dataset, made first when missing (unless `run.generate` is off)."""
+    builder = builder_of(config)
+    path = builder.path(config, env)
+    if not builder.exists(path, env):
+        if not config.run.generate:
+            raise UserError(f"no dataset at {path} and run.generate=False")
+        builder.build(config, env, path)
+    return builder.open(config, env, path)
+
+
+def dataset_returns(dataset) -> np.ndarray | None:
+    """Returns of the dataset's complete episodes, float `(E,)` (None for pixel learning
+    histories, whose rewards are not kept in memory)."""
+    from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
+    if isinstance(dataset, PixelTrajectoryStore):
+        return np.asarray(dataset.episode_returns)
+    if isinstance(dataset, PixelStore):
+        return None
+    return np.concatenate(M.episode_returns_ragged(dataset.rewards, dataset.dones))

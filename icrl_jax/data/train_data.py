@@ -1,0 +1,38 @@
+"""What the trainer reads: a dataset on device with its window sampler, or a loader from disk."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator
+
+
+@dataclasses.dataclass
+class TrainData:
+    """Training data of one run, in one of two forms.
+
+    Attributes:
+      example: one batch (any batch size) of what `method.loss` takes; it fixes the parameter
+        shapes at init.
+      arrays: the whole dataset as arrays kept on device (`sample_fn` form), else None.
+      sample_fn: `sample_fn(arrays, key, batch_size, window) -> batch`, traced inside the jitted
+        train step, so sampling costs no host round trip.
+      loader_fn: `loader_fn(start_step) -> iterator` of `steps_per_call * batch_size` windows per
+        `next()` (data that does not fit on device: pixel stores); a resumed run starts a fresh,
+        seeded stream at its step.
+    """
+
+    example: Any
+    arrays: Any = None
+    sample_fn: Callable[..., Any] | None = None
+    loader_fn: Callable[[int], Iterator[Any]] | None = None
+
+    def __post_init__(self):
+        if (self.sample_fn is None) == (self.loader_fn is None):
+            raise ValueError("TrainData needs exactly one of sample_fn (with arrays) or loader_fn")
+
+
+def on_device(arrays: Any, sample_fn: Callable[..., Any], window: int) -> TrainData:
+    """`TrainData` of arrays sampled on device by `sample_fn` (its example: one window)."""
+    import jax
+    return TrainData(sample_fn(arrays, jax.random.key(0), 1, window), arrays=arrays,
+                     sample_fn=sample_fn)

@@ -1,0 +1,305 @@
+"""One run over one work directory: generate | train | evaluate | report | sweep.
+
+A run is data -> method -> trainer -> rollouts -> metrics, each stage one shared piece:
+`data.builders` makes and opens the dataset, the registered method (`config.method`) gives its
+training view and its policies, `train.train` trains (resuming), `data.rollout.run_policies`
+rolls the policies out on JAX envs or host simulators, and `metrics.summarise` scores them. No
+stage names a method or an environment.
+
+`<workdir>/` holds: `config.json` (resolved config), the dataset (`histories.npz` or a pixel
+store, unless `data.path` points elsewhere), `metrics.jsonl` and `tensorboard/` (training and
+evaluation scalars), `checkpoints/` (orbax), `eval.json` and `in_context_curves.png`;
+`icrl-jax report` adds `seed_*/variants.json` and `report/`, `icrl-jax sweep` `results.jsonl`
+and `emp.*`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+import envs
+from icrl_jax import metrics as M
+from icrl_jax.config import check_workdir, finalize
+from icrl_jax.data import sources as S
+from icrl_jax.data.builders import dataset_path, dataset_returns, generate, open_dataset, task_split
+from icrl_jax.data.rollout import run_policies
+from icrl_jax.errors import UserError
+from icrl_jax.logging_utils import MetricsLogger
+from icrl_jax.methods import build_method, method_class
+from icrl_jax.plots import plot_curves
+
+COMMANDS = ("generate", "train", "evaluate", "report", "sweep")
+
+
+def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Validate a loaded config, fill derived fields, and write it to the work directory."""
+    method_class(config.method)  # an unknown method fails here, naming the nearest
+    build_env(config)  # so does an unknown env or a bad env kwarg
+    config = finalize(config)
+    check_workdir(config)
+    os.makedirs(config.workdir, exist_ok=True)
+    with open(os.path.join(config.workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=1, sort_keys=True))
+    return config
+
+
+def build_env(config, **overrides):
+    """The config's environment (`overrides` replace some of its kwargs: a variant)."""
+    return envs.make(config.env.name, **dict(config.env.kwargs.to_dict(), **overrides))
+
+
+def train(config):
+    """Generate (if needed), train (resuming), then evaluate unless `run.evaluate` is off."""
+    from icrl_jax import train as T
+
+    env = build_env(config)
+    method = build_method(config, env)
+    data = method.training_data(open_dataset(config, env), config, env)
+    state = T.train(method, data, config.train, config.workdir,
+                    method.signature(config, env), seed=config.seed,
+                    show_progress=config.run.progress, log=config.get("log"))
+    if config.run.evaluate:
+        return evaluate(config, params=jax.tree.map(jnp.asarray, state.params))
+    return None
+
+
+def load_params(config, env, method, data=None):
+    """The latest checkpoint's parameters (a clear error if there is none or it is unreadable)."""
+    from icrl_jax import train as T
+
+    data = data or method.training_data(open_dataset(config, env), config, env)
+    return T.restore_params(method, data, config.train, config.workdir,
+                            method.signature(config, env))
+
+
+def eval_tasks(env, config, which: str = "", actions: str | None = None, same_count=False):
+    """The evaluation tasks (`eval.num_envs_per_task` rollouts of each): batched EnvParams of
+    a JAX env (with the action set `actions`, if given) or task rows of a host simulator.
+    `same_count`: train-task evaluation uses as many tasks as the held-out one."""
+    which = which or config.eval.tasks
+    if which not in ("test", "train"):
+        raise UserError(f"eval.tasks must be 'test' or 'train', got {which!r}")
+    train_ids, test_ids = task_split(env, config)
+    ids = test_ids if which == "test" else (train_ids[: len(test_ids)] if same_count
+                                            else train_ids)
+    ids = np.repeat(ids, config.eval.num_envs_per_task, axis=0)
+    if env.host:
+        return ids
+    return env.task_params(ids, actions=actions) if actions else env.task_params(ids)
+
+
+def baseline_policies(config, env) -> dict[str, Any]:
+    """`eval.baselines` of {"source" (the data's source), "random", "expert" (the privileged
+    expert, where the env has one)}."""
+    policies = {}
+    for name in config.eval.get("baselines", ("source", "random", "expert")):
+        if name == "source":
+            policies[name] = S.build_source(config.data.source, env, config.eval.num_steps,
+                                            config.data.source_kwargs.to_dict())
+        elif name == "random":
+            policies[name] = S.uniform_random()
+        elif name == "expert":
+            if env.has_oracle and not env.host:
+                policies[name] = S.noisy_oracle(env, config.eval.num_steps, 0.0, 0.0)
+        else:
+            raise UserError(f"unknown eval.baselines entry {name!r} (source, random, expert)")
+    return policies
+
+
+def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
+    """Roll out the method's policies and the baselines on `tasks` with one key; returns
+    (results, curves, rollouts). `model_key` draws per-evaluation parameters (`eval_params`)."""
+    if model_key is not None:
+        params = method.eval_params(params, model_key, env)
+    policies = dict(method.policies(params, env, config), **baseline_policies(config, env))
+    num_steps = int(config.eval.num_steps)
+    rollouts = run_policies(env, policies, tasks, num_steps, key, seed=10_000 + config.eval.seed,
+                            chunk_size=config.eval.chunk_size or None,
+                            workers=int(config.env.get("num_workers", 0)) or None,
+                            show_progress=config.run.progress)
+    results, curves = M.summarise(env.kind, rollouts, num_steps, int(config.eval.final_window))
+    for name, rollout in rollouts.items():
+        results.update({f"{name}_{k}": v for k, v in env.rollout_metrics(rollout, num_steps).items()}
+                       if env.host else {})
+    return results, curves, rollouts
+
+
+def evaluate(config, params=None) -> dict[str, Any]:
+    """Roll out the trained model on the evaluation tasks next to the baselines; writes
+    `eval.json`, `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
+    env = build_env(config)
+    method = build_method(config, env)
+    dataset = open_dataset(config, env)
+    if params is None:
+        params = load_params(config, env, method, method.training_data(dataset, config, env))
+    tasks = eval_tasks(env, config)
+    start = time.perf_counter()
+    results, curves, rollouts = rollout_and_score(config, env, method, params, tasks,
+                                                  jax.random.PRNGKey(config.eval.seed))
+    returns = dataset_returns(dataset)
+    if returns is not None and len(returns):
+        results.update(dataset_return_mean=float(returns.mean()),
+                       dataset_return_max=float(returns.max()))
+    results.update(num_envs=int(len(rollouts["random" if "random" in rollouts else
+                                             next(iter(rollouts))]["rewards"])),
+                   num_steps=int(config.eval.num_steps), tasks=config.eval.tasks,
+                   eval_seconds=time.perf_counter() - start)
+    results.update(method.write_analysis(params, {n: r.get("policy_state")
+                                                  for n, r in rollouts.items()}, config, env))
+    bandit = env.kind == envs.BANDIT
+    results["curves"] = {n: np.asarray(c).tolist() for n, c in curves.items()}
+    results["plot"] = plot_curves(
+        {n: np.asarray(c)[None] for n, c in curves.items()},
+        os.path.join(config.workdir, "in_context_curves.png"),
+        xlabel="step" if bandit else "in-context episode",
+        ylabel="cumulative regret" if bandit else "return",
+        title=f"{config.experiment}: {config.eval.tasks} tasks")
+    return write_eval_results(config, results)
+
+
+def write_eval_results(config, results: dict[str, Any]) -> dict[str, Any]:
+    """Store an evaluation: `eval.json`, its float metrics in the run's metric logs (at the
+    final training step), and a printout of its scalars. Returns `results`."""
+    with open(os.path.join(config.workdir, "eval.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    logger = MetricsLogger(config.workdir, "eval")
+    logger.write(int(config.train.num_steps), {k: v for k, v in results.items()
+                                               if isinstance(v, float)})
+    logger.close()
+    print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (list, dict))},
+                     indent=1))
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation over environment variants (action sets, arm counts, reward distributions) and
+# training seeds: the Headless-AD paper's tables. An experiment opts in with `config.variants`
+# (name -> dict(env=<env kwargs overrides>, actions=<action set name or "">, tasks=test|train))
+# and `config.report` (label=<row name in tables>, num_seeds=<training seeds>).
+
+
+def actions_used(actions: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+    """Distinct actions tried in each rollout: actions int `(N, T)`, mask `(N, A)` -> `(N,)`."""
+    tried = jax.nn.one_hot(jnp.asarray(actions), action_mask.shape[-1], dtype=jnp.bool_).any(1)
+    return np.asarray(tried.sum(-1))
+
+
+def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
+    """The model and the baselines on one variant: `score` is the model's final-step score
+    (bandits) or its success (episodic), `arms_used` its distinct actions per rollout."""
+    env = build_env(config, **dict(variant.get("env", {})))
+    if not method.any_action_count and env.num_actions > build_env(config).num_actions:
+        return dict(applicable=False)
+    tasks = eval_tasks(env, config, variant.get("tasks", "test"),
+                       actions=variant.get("actions") or None, same_count=True)
+    model_key, rollout_key = jax.random.split(key)
+    results, curves, rollouts = rollout_and_score(config, env, method, params, tasks,
+                                                  rollout_key, model_key)
+    result: dict[str, Any] = dict(applicable=True, num_envs=int(len(rollouts["model"]["rewards"])),
+                                  num_actions=float(rollouts["model"]["action_mask"].sum(-1).mean()))
+    for name, rollout in rollouts.items():
+        result[f"{name}_arms_used"] = float(actions_used(rollout["actions"],
+                                                         rollout["action_mask"]).mean())
+    result.update(results)
+    if env.kind == envs.BANDIT:
+        result["score"] = result["final_step_score"]
+        result["cumulative_score"] = result["normalised_score"]
+    else:
+        result["score"] = result["model_success"]
+    result["arms_used"] = result["model_arms_used"]
+    result["curves"] = {n: np.asarray(c).tolist() for n, c in curves.items()}
+    return result
+
+
+def evaluate_variants(config, params=None) -> dict[str, Any]:
+    """Evaluate the latest checkpoint on every `config.variants` entry -> `variants.json`."""
+    from icrl_jax import train as T
+
+    env = build_env(config)
+    method = build_method(config, env)
+    checkpoint_step = None
+    if params is None:
+        params = load_params(config, env, method)
+        checkpoint_step = T.latest_checkpoint_step(config.workdir)
+    results = {}
+    for i, (name, variant) in enumerate(sorted(config.variants.to_dict().items())):
+        start = time.perf_counter()
+        key = jax.random.fold_in(jax.random.PRNGKey(config.eval.seed), i)
+        results[name] = evaluate_variant(config, method, params, variant, key)
+        if results[name]["applicable"]:
+            print(f"{config.experiment} seed {config.seed} {name}: score "
+                  f"{results[name]['score']:.3f}, arms used {results[name]['arms_used']:.1f} "
+                  f"({time.perf_counter() - start:.0f}s)")
+    summary = dict(experiment=config.experiment, method=config.method, env=config.env.name,
+                   label=method.label(config), seed=config.seed, checkpoint_step=checkpoint_step,
+                   variants=results)
+    with open(os.path.join(config.workdir, "variants.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def evaluated_at(workdir: str, num_steps: int) -> bool:
+    """Whether `workdir/variants.json` holds an evaluation of the checkpoint at `num_steps`
+    (so raising `train.num_steps` resumes training and re-evaluates instead of reusing it)."""
+    path = os.path.join(workdir, "variants.json")
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return json.load(f).get("checkpoint_step") == num_steps
+
+
+def seed_config(config, seed: int):
+    """The config of training seed `seed`: its own work directory, the shared dataset."""
+    seeded = ml_collections.ConfigDict(config.to_dict())
+    seeded.seed = config.seed + seed
+    seeded.workdir = os.path.join(config.workdir, f"seed_{seed}")
+    seeded.data.path = dataset_path(config, build_env(config))
+    seeded.run.evaluate = False
+    seeded.lock()
+    return seeded
+
+
+def run_seeds(config) -> list[str]:
+    """Train `config.report.num_seeds` seeds (resuming; the dataset is made once, shared) and
+    evaluate each on all variants unless done; returns the seeds' work directories."""
+    generate(config, build_env(config))
+    workdirs = []
+    for seed in range(int(config.report.num_seeds)):
+        seeded = seed_config(config, seed)
+        os.makedirs(seeded.workdir, exist_ok=True)
+        if not evaluated_at(seeded.workdir, int(config.train.num_steps)):
+            train(seeded)  # resumes; a no-op when the checkpoint is already at num_steps
+            evaluate_variants(seeded)
+        workdirs.append(seeded.workdir)
+    return workdirs
+
+
+def report(config) -> dict[str, str]:
+    """Train and evaluate every seed, then write Table 1 and the figures to `<workdir>/report`."""
+    from icrl_jax.report import write_report
+    return write_report([config.workdir] if run_seeds(config) else [],
+                        os.path.join(config.workdir, "report"))
+
+
+def run(config, command: str):
+    """The CLI's `icrl-jax <command> --config ...` on a resolved config."""
+    if command == "generate":
+        return generate(config, build_env(config), force=True)
+    if command == "train":
+        return train(config)
+    if command == "evaluate":
+        return evaluate(config)
+    if command == "report":
+        return report(config)
+    if command == "sweep":
+        from icrl_jax import sweep
+        return sweep.run_sweep(config)
+    raise UserError(f"unknown command {command!r}; one of {' | '.join(COMMANDS)}")
