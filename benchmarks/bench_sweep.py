@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import sys
+import tempfile
 import time
 
 import jax
@@ -26,6 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import envs  # noqa: E402
+from icrl_jax.data.dataset import sample_windows  # noqa: E402
+from icrl_jax.data.train_data import on_device  # noqa: E402
 from icrl_jax import sweep as S  # noqa: E402
 from icrl_jax.data.dataset import to_step_windows  # noqa: E402
 from icrl_jax.data.history import History  # noqa: E402
@@ -48,7 +51,8 @@ def workload(steps: int):
                       rewards=rng.integers(0, 2, (n, t)).astype(np.float32),
                       dones=np.zeros((n, t), bool), task_ids=np.arange(n, dtype=np.int32),
                       action_mask=np.ones((n, 5), bool))
-    return config, envs.make("darkroom"), jax.device_put(to_step_windows(history))
+    return config, envs.make("darkroom"), on_device(jax.device_put(to_step_windows(history)),
+                                                    sample_windows, config.train.seq_len)
 
 
 def cpu_seconds() -> float:
@@ -59,11 +63,13 @@ def cpu_seconds() -> float:
 def measure(config, env, data, assignments, vmapped: bool) -> dict:
     seeds = list(range(len(assignments)))
     tic = time.perf_counter()
+    scratch = tempfile.mkdtemp()  # the trainer checkpoints replicas: a fresh directory each run
     S.train_assignments(config, env, data, assignments[:len(assignments) if vmapped else 1],
-                        seeds, vmapped=vmapped)  # compile (+ one run)
+                        seeds, os.path.join(scratch, "compile"), vmapped=vmapped)
     first = time.perf_counter() - tic
     tic, cpu = time.perf_counter(), cpu_seconds()
-    S.train_assignments(config, env, data, assignments, seeds, vmapped=vmapped)
+    S.train_assignments(config, env, data, assignments, seeds, os.path.join(scratch, "run"),
+                        vmapped=vmapped)
     wall, cpu = time.perf_counter() - tic, cpu_seconds() - cpu
     return dict(first=first, wall=wall, cpu=cpu, per_hour=3600 * len(assignments) / wall,
                 per_cpu_hour=3600 * len(assignments) / cpu)

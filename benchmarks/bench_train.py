@@ -29,8 +29,10 @@ from icrl_jax.data.dataset import to_step_windows  # noqa: E402
 from icrl_jax.data.history import History  # noqa: E402
 from icrl_jax.methods.ad import AD  # noqa: E402
 from icrl_jax.models.transformer import count_params, default_transformer_config, flops_per_token  # noqa: E402
-from icrl_jax.train import (data_mesh, default_train_config, init_train_state, make_optimizer,  # noqa: E402
-                            make_train_step)
+from icrl_jax.data.dataset import sample_windows  # noqa: E402
+from icrl_jax.data.train_data import on_device  # noqa: E402
+from icrl_jax.train import (data_mesh, default_train_config, init_state, make_optimizer,  # noqa: E402
+                            make_train_steps)
 
 # Dense TF32 tensor-core peak (FLOP/s), from the vendors' datasheets (without sparsity).
 PEAK_TF32 = {"H100": 494e12, "H200": 494e12, "A100": 156e12}
@@ -58,11 +60,19 @@ def measure(layers, d_model, heads, batch, context, calls):
     train_config = default_train_config()
     train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=context, steps_per_call=10))
     mesh = data_mesh()
-    data = jax.device_put(synthetic_data(t=max(1000, context)))
+    train_data = on_device(jax.device_put(synthetic_data(t=max(1000, context))), sample_windows,
+                           context)
+    data = train_data.arrays
     optimizer = make_optimizer(train_config)
-    state = init_train_state(method, optimizer, data, jax.random.PRNGKey(0), context, mesh)
-    step = make_train_step(method, optimizer, batch, context, 10, mesh)
+    build = lambda _: (method, optimizer)  # noqa: E731
+    state = jax.device_put(init_state(build, train_data, jax.random.PRNGKey(0)),
+                           jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    train_steps = make_train_steps(build, train_data, train_config, mesh)
     key = jax.random.PRNGKey(1)
+
+    def step(state, data, key):
+        return train_steps(state, data, key, None)
+
     state, metrics = step(state, data, key)  # compile
     jax.block_until_ready(metrics)
     start = time.perf_counter()

@@ -15,7 +15,10 @@ from icrl_jax.config import base_config
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.data.pixel_store import (PixelStore, PixelStoreWriter, StepWindowsLoader,
                                        example_step_windows)
-from icrl_jax.evaluate_host import InContextHostPolicy
+from icrl_jax.data.rollout import SourceOnHost
+from icrl_jax.data.train_data import TrainData
+from icrl_jax.methods.in_context import in_context_source
+from envs.host.specs import HostEnv
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.encoders import VQVAE, vq_ngram_ids
 from icrl_jax.models.ngram import get_ngram_ids, ngram_pattern, register_ngram_ids
@@ -89,9 +92,9 @@ def _train(method, store, workdir, stop_at=None):
     def loader_fn(start):
         return StepWindowsLoader(store, NUM_ACTIONS, 8, 12, 2, start, seed=3)
 
-    return T.train(method, example_step_windows(store, NUM_ACTIONS, 12), config, str(workdir),
-                   {"method": "ad", "test": "pixels"}, seed=0, show_progress=False,
-                   stop_at=stop_at, loader_fn=loader_fn), config
+    data = TrainData(example_step_windows(store, NUM_ACTIONS, 12), loader_fn=loader_fn)
+    return T.train(method, data, config, str(workdir), {"method": "ad", "test": "pixels"},
+                   seed=0, show_progress=False, stop_at=stop_at), config
 
 
 def test_ad_trains_on_pixel_store_resumes_exactly_and_restores(tmp_path):
@@ -110,15 +113,16 @@ def test_ad_trains_on_pixel_store_resumes_exactly_and_restores(tmp_path):
                  state.params, resumed.params)
 
     # checkpoint round trip into a freshly initialised state
-    like = T.init_train_state(method, T.make_optimizer(config),
-                              example_step_windows(store, NUM_ACTIONS, 12), jax.random.key(9), 12,
-                              T.data_mesh(), lambda data, *_: data)
-    checkpointer = T.Checkpointer(str(tmp_path / "run" / "checkpoints"),
-                                  {"method": "ad", "test": "pixels"})
-    restored = checkpointer.restore(like)
-    checkpointer.close()
-    assert int(restored.step) == 30
-    jax.tree.map(np.testing.assert_array_equal, restored.params, state.params)
+    restored = T.restore_params(method, TrainData(example_step_windows(store, NUM_ACTIONS, 12),
+                                                  loader_fn=iter), config,
+                                str(tmp_path / "run"), {"method": "ad", "test": "pixels"})
+    jax.tree.map(np.testing.assert_array_equal, restored, state.params)
+
+
+class PixelRoom(HostEnv):
+    """A host env spec with small frames (no simulator behind it)."""
+
+    num_actions, observation_shape = NUM_ACTIONS, (8, 8, 3)
 
 
 def test_in_context_host_policy_acts_on_its_own_sliding_history():
@@ -133,8 +137,10 @@ def test_in_context_host_policy_acts_on_its_own_sliding_history():
                           jnp.zeros((1, length), jnp.int32), jnp.zeros((1, length)),
                           jnp.zeros((1, length), jnp.int32), jnp.ones((1, 3), bool))
     params = jax.jit(method.init)(jax.random.key(1), example)
-    policy = InContextHostPolicy(method, params, length, NUM_ACTIONS, (8, 8, 3), greedy=True)
-    assert policy.cached  # the context keeps encoder features (16 per frame), not pixels
+    env = PixelRoom()
+    source = in_context_source(method, params, env, length, greedy=True)
+    assert source.build.encoded  # the context keeps encoder features (16 per frame), not pixels
+    policy = SourceOnHost(source, env)
     assert policy.init(jax.random.key(0), num_envs)[0].window.observations.shape == (
         num_envs, 1, length, 16)
     act = jax.jit(policy.act)
@@ -187,23 +193,23 @@ def test_vq_codes_are_ngram_ids():
     model_params = jax.jit(method.init)(jax.random.key(0), window)
     assert jax.jit(method.context_logits)(model_params, window, None).shape == (1, 7, NUM_ACTIONS)
     # ids come from the pixels, so in-context rollouts keep pixels in the context
-    assert not InContextHostPolicy(method, model_params, 7, NUM_ACTIONS, (16, 16, 3)).cached
+    assert not in_context_source(method, model_params, PixelRoom(), 7, False).build.encoded
     with pytest.raises(ValueError, match="uint8 pixel windows"):
         get_ngram_ids("vq_test")(window.replace(observations=jnp.zeros((1, 7), jnp.int32)))
 
 
-def test_miniworld_configs_resolve_and_route_to_their_pipeline():
-    from experiments.miniworld import ad_darkroom, ad_key_to_door, pipeline
+def test_miniworld_configs_resolve_to_the_one_pipeline():
+    from experiments.miniworld import ad_darkroom, ad_key_to_door
+    from icrl_jax.run import build_env
 
     for module, length in ((ad_darkroom, 50), (ad_key_to_door, 100)):
         for preset in ("", "quick"):
             config = module.get_config(preset)
-            assert config.runner == "experiments.miniworld.pipeline"
+            env = build_env(config)
+            assert env.host and env.pixels and env.episode_length == length
             assert config.train.seq_len == 2 * length  # two episodes of context (appendix C)
             assert config.model.observation_encoder == "cnn"
     paper = ad_darkroom.get_config("")
     assert (paper.train.batch_size, paper.model.d_model, paper.train.num_steps) == (1024, 512, 10_000)
     with pytest.raises(ValueError, match="unknown preset"):
         ad_darkroom.get_config("qiuck")
-    with pytest.raises(ValueError, match="not available"):
-        pipeline.run(ad_darkroom.get_config("quick"), "sweep")
