@@ -13,6 +13,7 @@ from envs.core import BANDIT, EPISODIC, EnvSpec, ICRLEnv, InvalidActionError, ch
 from envs.darkroom import (CompositeDarkRoom, DarkRoom, KeyToDoor, composite_actions,
                            headless_ad_action_sets, split_actions)
 from envs.multidiscrete import ButtonRoom
+from envs.continuous import PointMaze
 from envs.host.specs import HostEnv, MiniworldRoom, ViZDoom
 from envs.tasks import split_tasks
 from icrl_jax.errors import UserError, unknown_name
@@ -24,6 +25,7 @@ REGISTRY: dict[str, Callable[..., EnvSpec]] = {
     "darkroom_composite": CompositeDarkRoom,
     "key_to_door": KeyToDoor,
     "button_room": ButtonRoom,  # multi-discrete (move, press) actions: envs/multidiscrete.py
+    "point_maze": PointMaze,  # continuous actions, D4RL maze2d: envs/continuous/point_maze.py
     # Host simulators behind the bridge (envs/host/specs.py).
     "miniworld_darkroom": functools.partial(MiniworldRoom, "darkroom"),
     "miniworld_key_to_door": functools.partial(MiniworldRoom, "key_to_door"),

@@ -59,6 +59,10 @@ class EnvSpec:
     grid_size: int | None = None
     #: Whether `expert_action(state, params)` gives a privileged expert's action.
     has_oracle: bool = False
+    #: Whether the env state carries a privileged `has_key` flag (Key-to-Door).
+    key_flag: bool = False
+    #: Whether each action index is a row of atomic moves, `params.action_set` (composite rooms).
+    composite_actions: bool = False
     #: Whether observations are uint8 images.
     pixels: bool = False
     #: Whether the env runs in a host simulator behind the bridge (False: JAX-native).

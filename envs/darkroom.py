@@ -283,6 +283,8 @@ class CompositeDarkRoom(_Grid):
     The agent starts at the centre; tasks: id t -> goal cell t skipping the centre (80 on 9x9).
     """
 
+    composite_actions = True
+
     def __init__(self, size: int = 9, k: int = 3, episode_length: int = 20,
                  max_actions: int | None = None, action_split_seed: int = 0,
                  actions: str | Sequence[int] | None = None):
@@ -420,6 +422,8 @@ class KeyToDoor(_Grid):
     Tasks: id t in [0, n*(n-1)) with n = size**2 -> key = t // (n-1), door = the (t % (n-1))-th
     cell other than the key (6480 tasks on 9x9).
     """
+
+    key_flag = True
 
     def __init__(self, size: int = 9, episode_length: int = 50):
         super().__init__(size, episode_length)

@@ -103,6 +103,9 @@ def base_config() -> ml_collections.ConfigDict:
         # Variant scores average the last `final_window` steps (bandits: expected regret) or
         # episodes (episodic tasks: return); 1 = the Headless-AD paper's scores.
         final_window=1,
+        # Policies evaluated next to the model: the data's source, uniform random, and the
+        # privileged expert (envs that have one).
+        baselines=("source", "random", "expert"),
     ))
     config.run = ml_collections.ConfigDict(dict(
         generate=True,  # `train` also generates the dataset when it is missing

@@ -23,25 +23,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from icrl_jax.methods import method_class  # noqa: E402
+
 BANDIT_ENVS = ("bernoulli_bandit", "contextual_bandit")
 TABLE_ARMS = (20, 30, 40, 50)
-
-
-def run_label(config) -> str:
-    """`config.report.label`, or one derived from the method and Headless-AD's ablation switches."""
-    if config.report.label:
-        return config.report.label
-    if config.method != "headless_ad":
-        return {"ad": "AD", "ad_permuted": "AD (permuted training)"}.get(config.method,
-                                                                        config.method)
-    parts = []
-    if not config.model.prompt:
-        parts.append("Prompt Ablation")
-    if config.model.loss != "infonce":
-        parts.append("Loss Ablation")
-    if config.model.embeddings != "orthonormal":
-        parts.append("Embed Ablation")
-    return " + ".join(parts) or "Headless-AD"
 
 
 def load_runs(paths: list[str]) -> list[dict]:
@@ -71,7 +56,8 @@ def _label_from_config_json(workdir: str) -> str:
     import ml_collections
 
     with open(os.path.join(workdir, "config.json")) as f:
-        return run_label(ml_collections.ConfigDict(json.load(f)))
+        config = ml_collections.ConfigDict(json.load(f))
+    return method_class(config.method).label(config)
 
 
 def _family(env: str) -> str:

@@ -100,7 +100,7 @@ def baseline_policies(config, env) -> dict[str, Any]:
     """`eval.baselines` of {"source" (the data's source), "random", "expert" (the privileged
     expert, where the env has one)}."""
     policies = {}
-    for name in config.eval.get("baselines", ("source", "random", "expert")):
+    for name in config.eval.baselines:
         if name == "source":
             policies[name] = S.build_source(config.data.source, env, config.eval.num_steps,
                                             config.data.source_kwargs.to_dict())

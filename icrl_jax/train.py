@@ -26,6 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from icrl_jax.checkpoints import Checkpointer, CheckpointMismatchError  # noqa: F401 (re-export)
 from icrl_jax.config import default_train_config  # noqa: F401 (re-export)
 from icrl_jax.data.train_data import TrainData
+from icrl_jax.errors import UserError
 from icrl_jax.logging_utils import MetricsLogger, progress
 
 #: Hyperparameters that never change a shape: traced in replica training, hence vmappable.
@@ -34,8 +35,9 @@ REPLICA_HYPERPARAMETERS = ("train.learning_rate", "train.weight_decay",
                            "model.label_smoothing")
 
 
-class TrainingDivergedError(RuntimeError):
-    """The loss or the gradients became NaN or infinite."""
+class TrainingDivergedError(UserError):
+    """The loss or the gradients became NaN or infinite (a user error: the usual cause is the
+    configuration, e.g. the learning rate; the CLI reports it in one line)."""
 
 
 @flax.struct.dataclass
@@ -273,7 +275,11 @@ def train_replicas(build_method: Callable, config, data: TrainData, workdir: str
         return build_method(model), make_optimizer(config.train, h)
 
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-    return _fit(build, data, config.train, workdir, signature, keys, hyper, True, show_progress,
+    train = ml_collections.ConfigDict(config.train.to_dict())
+    per_call = train.steps_per_call
+    for name in ("log_every", "checkpoint_every"):  # a search's cadence: whole calls
+        train[name] = min(-(-train[name] // per_call) * per_call, train.num_steps)
+    return _fit(build, data, train, workdir, signature, keys, hyper, True, show_progress,
                 None, None)
 
 

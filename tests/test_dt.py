@@ -213,7 +213,7 @@ def test_attention_page_names_tokens(tmp_path):
     method = MSAT(model_config(), env.action_dims, K)
     params = method.init(jax.random.key(0), random_batch(jax.random.key(0), obs_dim=18))
     policy = return_conditioned_source(method, params, env, K, 5.0, greedy=True)
-    out = run_policies(env, {"model": policy}, env.task_params(jnp.arange(1)), 5,
+    out = run_policies(env, {"model": policy}, env.task_params(jnp.arange(1)), K,
                        jax.random.key(1))["model"]
     context = jax.tree.map(lambda x: x[0], out["policy_state"].last_context)
     maps, labels = context_attention(method, params, context)

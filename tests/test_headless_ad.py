@@ -9,7 +9,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from icrl_jax.data.dataset import StepWindows, to_step_windows
+from icrl_jax.data.dataset import StepWindows, sample_windows, to_step_windows
+from icrl_jax.data.train_data import on_device
 from icrl_jax.data.history import History
 from icrl_jax.methods.headless_ad import (HeadlessAD, PermutedAD, default_headless_config,
                                           permute_action_ids, prompt_attention_mask,
@@ -185,7 +186,8 @@ def test_headless_ad_learns_to_copy_actions_with_fresh_embeddings_every_step(tmp
     config.update(dict(num_steps=200, batch_size=16, seq_len=12, steps_per_call=50, log_every=50,
                        checkpoint_every=200, learning_rate=3e-3, warmup_steps=10))
     method = HeadlessAD(tiny_config(num_layers=1), num_observations=1)
-    state = train(method, data, config, str(tmp_path), {"m": "headless"}, show_progress=False)
+    state = train(method, on_device(data, sample_windows, 12), config, str(tmp_path),
+                  {"m": "headless"}, show_progress=False)
     windows = jax.tree.map(lambda x: x[:16, :12], data)
     # Embeddings never seen in training (a new key): still copies after the first step.
     for seed in (11, 12):

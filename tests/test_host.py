@@ -120,10 +120,11 @@ def test_failed_worker_names_env_worker_step_and_keeps_record(miniworld_pool, si
 
 
 def test_miniworld_task_split_is_disjoint():
-    train, test = mw.task_split(mw.darkroom_goals(), 50, 20, seed=0)
+    import envs
+    train, test = envs.make("miniworld_darkroom").task_split(50, 20, seed=0)
     assert len(set(train.tolist()) & set(test.tolist())) == 0 and len(train) == 50
     pairs = mw.key_door_pairs()
-    tr, te = mw.task_split(pairs, 2000, 100, seed=1)
+    tr, te = envs.make("miniworld_key_to_door").task_split(2000, 100, seed=1)
     assert not {tuple(p) for p in tr} & {tuple(p) for p in te}
     assert (pairs[:, 0] != pairs[:, 1]).all()
 

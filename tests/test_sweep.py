@@ -159,9 +159,10 @@ def test_subsample_is_searched_as_its_own_groups(tmp_path):
     for k, kept_steps in ((1, np.arange(200)), (2, np.r_[0:50, 100:150]), (3, np.r_[0:50, 150:200])):
         group = S.assignment_config(base, {"data.subsample": k})
         data = S.group_data(history, env, group, cache)
-        np.testing.assert_array_equal(data.observations, history.observations[:, kept_steps])
-    assert S.group_data(history, env, S.assignment_config(base, {"data.subsample": 2}),
-                        cache) is cache[2][2]  # built once per value
+        np.testing.assert_array_equal(data.arrays.observations,
+                                      history.observations[:, kept_steps])
+    again = S.group_data(history, env, S.assignment_config(base, {"data.subsample": 2}), cache)
+    assert again is cache[(2, int(base.train.seq_len))]  # built once per value
     # A sweep checks every group's data before training: k = 4 leaves one 50-step episode of
     # 4, too short for a 60-step window.
     config = tiny_config(tmp_path / "short")

@@ -13,7 +13,8 @@ Steps are deterministic (no domain randomisation), so a (seed, actions) pair fix
 * `MiniworldKeyToDoor`: seeded random start cell and heading each episode; +1 the first time the
   key cell is entered, then +1 and termination in the door cell; 100-step episodes; key != door.
 
-Tasks come from a seeded permutation (`task_split`) so train and test goals are disjoint.
+Tasks come from a seeded permutation (`specs.HostEnv.task_split`) so train and test goals are
+disjoint.
 `privileged()` gives float32 `(6,)` = (x, z, heading rad, target x, target z, has_key), target =
 goal / key / door cell centre, for the noise-distillation oracle (`NoisyOracle`, on device).
 
@@ -159,14 +160,6 @@ def darkroom_goals() -> np.ndarray:
 def key_door_pairs() -> np.ndarray:
     """All 81*80 (key, door) cell pairs, int32 `(6480, 2)`."""
     return np.array([(k, d) for k in range(NUM_CELLS) for d in range(NUM_CELLS) if k != d], np.int32)
-
-
-def task_split(tasks: np.ndarray, num_train: int, num_test: int, seed: int = 0):
-    """Seeded disjoint train/test subsets of a task array (rows), `(num_train, ...)`, `(num_test, ...)`."""
-    if num_train + num_test > len(tasks):
-        raise ValueError(f"{num_train} + {num_test} tasks requested but only {len(tasks)} exist")
-    perm = np.random.default_rng(seed).permutation(len(tasks))
-    return tasks[perm[:num_train]], tasks[perm[num_train:num_train + num_test]]
 
 
 def darkroom_bridge(goals, episode_length: int = 50, **kwargs) -> HostVectorEnv:

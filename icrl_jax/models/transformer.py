@@ -11,35 +11,12 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from icrl_jax.models.attention import MultiHeadAttention
 from icrl_jax.models.ngram import NGramLayer, ngram_weights
+from icrl_jax.config import default_transformer_config  # noqa: F401 (re-export)
 
 POSITION_KINDS = ("learned", "rotary", "none")
-
-
-def default_transformer_config() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict(dict(
-        num_layers=2,
-        d_model=64,
-        num_heads=4,
-        mlp_ratio=4,
-        pre_norm=True,
-        position="learned",  # learned | rotary | none
-        max_len=256,  # longest sequence the learned position table covers
-        embedding_dropout=0.0,
-        residual_dropout=0.0,
-        attention_dropout=0.0,
-        normalize_qk=False,
-        causal=True,
-        # N-gram induction-head layers (models/ngram.py): inserted after these many blocks each
-        # (0 = before the first); empty = none. Each position gets the 1..ngram_max-gram layers.
-        ngram_positions=(),
-        ngram_max=1,
-        ngram_shuffle=False,  # ablation: matches moved to random causal keys
-        ngram_latest=False,  # read only the most recent match (not all matches uniformly)
-    ))
 
 
 class Dropout(nn.Module):

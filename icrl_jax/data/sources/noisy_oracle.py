@@ -23,11 +23,11 @@ def _distance(env, pos, target_cell):
 
 def grid_oracle_action(env, env_state, params) -> jax.Array:
     """Oracle action, int32 `()`, for the Dark Room family (first best available action)."""
-    if hasattr(env_state, "has_key"):
+    if env.key_flag:
         target = jnp.where(env_state.has_key, params.door, params.key)
     else:
         target = params.goal
-    if hasattr(params, "action_set"):
+    if env.composite_actions:
         # Composite actions: run every row's moves; an action scores 0 if any sub-step hits the
         # target, else the distance where it ends. Stop at the target like the env does.
         def score(moves):

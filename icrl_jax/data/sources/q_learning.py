@@ -52,8 +52,7 @@ def q_learning(env, num_episodes: int, lr: float = 0.9933, discount: float = 0.6
         raise ValueError(f"q_init must be 'uniform' or 'zeros', got {q_init!r}")
     num_cells = env.num_observations
     if use_key_flag is None:
-        probe = env.reset_env(jax.random.PRNGKey(0), env.default_params)[1]
-        use_key_flag = hasattr(probe, "has_key")
+        use_key_flag = env.key_flag
     index = key_flag_index(num_cells) if use_key_flag else (lambda obs, env_state: obs)
     num_states = num_cells * (2 if use_key_flag else 1)
     decay_episodes = max(decay_fraction * num_episodes, 1e-6)

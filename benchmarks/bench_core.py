@@ -1,0 +1,257 @@
+"""The one core against the code before it, side by side: training tokens/s, in-context
+evaluation env-steps/s (Headless-AD with the key/value cache and with the recomputed window; DT
+on the button room) and sweep assignments/hour.
+
+One measurement process per (tree, workload), the trees alternating A B A B, so load on the
+shared cores hits both alike; the section reports each run and the new/old ratio of the medians.
+
+    git worktree add /tmp/oldtree <commit before the refactor>
+    python benchmarks/bench_core.py --old /tmp/oldtree [--repeats 2] [--write]
+    python benchmarks/bench_core.py --measure --tree DIR   # one tree's numbers as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECTION = "## The one core vs the four pipelines (side by side)"
+
+
+def _timed(fn, repeats: int = 2) -> float:
+    """Best wall time of `fn()` after one compiling call."""
+    import jax
+    jax.block_until_ready(fn())
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def train_tokens_per_second() -> float:
+    """The small AD model of the quick presets (2x64, batch 64 x context 100), 10 steps a call."""
+    import jax
+    import numpy as np
+    from icrl_jax.data.dataset import sample_windows, to_step_windows
+    from icrl_jax.data.history import History
+    from icrl_jax.methods.ad import AD
+    from icrl_jax.models.transformer import default_transformer_config
+    from icrl_jax import train as T
+
+    rng = np.random.default_rng(0)
+    n, t, context, batch = 256, 1000, 100, 64
+    windows = to_step_windows(History(
+        rng.integers(0, 81, (n, t)).astype(np.int32), rng.integers(0, 5, (n, t)).astype(np.int32),
+        rng.random((n, t)).astype(np.float32), np.zeros((n, t), bool),
+        np.arange(n, dtype=np.int32), np.ones((n, 5), bool)))
+    model = default_transformer_config()
+    model.update(dict(num_layers=2, d_model=64, num_heads=4, max_len=context, label_smoothing=0.0))
+    method = AD(model, 5, 81)
+    config = T.default_train_config()
+    config.update(dict(num_steps=10_000, batch_size=batch, seq_len=context, steps_per_call=10))
+    optimizer, mesh, key = T.make_optimizer(config), T.data_mesh(), jax.random.PRNGKey(1)
+    data = jax.device_put(windows)
+    if hasattr(T, "make_train_steps"):  # the one trainer
+        from icrl_jax.data.train_data import on_device
+        train_data = on_device(data, sample_windows, context)
+        build = lambda _: (method, optimizer)  # noqa: E731
+        state = jax.device_put(T.init_state(build, train_data, key), jax.sharding.NamedSharding(
+            mesh, jax.sharding.PartitionSpec()))
+        steps = T.make_train_steps(build, train_data, config, mesh)
+        call = lambda s: steps(s, data, key, None)  # noqa: E731
+    else:
+        state = T.init_train_state(method, optimizer, data, key, context, mesh)
+        steps = T.make_train_step(method, optimizer, batch, context, 10, mesh)
+        call = lambda s: steps(s, data, key)  # noqa: E731
+    holder = [state]
+
+    def run():
+        holder[0], metrics = call(holder[0])
+        return metrics
+
+    return 10 * batch * context / _timed(run, 3)
+
+
+def eval_steps_per_second() -> dict[str, float]:
+    """Env steps/s of Headless-AD rollouts (100 bandits x 300 steps, context 300) with the
+    key/value cache and with the recomputed window; and of DT on the button room (80 envs x 100
+    steps, context 10)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import envs
+    from envs.bandits import BernoulliBandit
+    from icrl_jax.data.dataset import StepWindows
+    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.methods.headless_ad import HeadlessAD, default_headless_config
+    from icrl_jax.methods.msat import MSAT
+    from icrl_jax.methods.dt import dt_model_config
+    from icrl_jax.models.transformer import default_transformer_config
+    try:
+        from icrl_jax.methods.in_context import in_context_source
+        new = True
+    except ImportError:
+        from icrl_jax.evaluate import in_context_source
+        new = False
+
+    out = {}
+    arms, num_envs, steps = 20, 100, 300
+    env = BernoulliBandit(arms=arms, distribution="uniform", seed=0)
+    config = default_transformer_config()
+    config.update(dict(d_model=64, num_layers=2, num_heads=4, position="rotary", max_len=steps))
+    for key, value in dict(default_headless_config(), action_embed_dim=64, tau=0.5).items():
+        config[key] = value
+    method = HeadlessAD(config, num_observations=1)
+    example = StepWindows(np.zeros((1, steps), np.int32), np.zeros((1, steps), np.int32),
+                          np.zeros((1, steps), np.float32), np.zeros((1, steps), np.int32),
+                          np.ones((1, arms), bool))
+    params = method.init(jax.random.PRNGKey(0), example)
+    params = method.eval_params(params, jax.random.PRNGKey(1), env if new else arms)
+    tasks = env.task_params(np.arange(num_envs))
+    for name, max_steps in (("headless_ad_cache", steps), ("headless_ad_recompute", None)):
+        policy = in_context_source(method, params, env, steps, False, max_steps=max_steps)
+        seconds = _timed(lambda: generate_histories(env, policy, tasks, steps,
+                                                    jax.random.PRNGKey(2)).actions, 1)
+        out[name] = num_envs * steps / seconds
+
+    room = envs.make("button_room", size=5, episode_length=20)
+    context, num_envs, steps = 10, 80, 100
+    model = default_transformer_config()
+    model.update(dt_model_config())
+    model.update(dict(d_model=64, num_layers=2, num_heads=4, max_timestep=20))
+    dt = MSAT(model, room.action_dims, context)
+    one = jax.tree.map(jnp.asarray, dict(
+        returns_to_go=np.zeros((1, context), np.float32),
+        observations=np.zeros((1, context) + room.observation_shape, np.float32),
+        actions=np.zeros((1, context, 2), np.int32), timesteps=np.zeros((1, context), np.int32),
+        mask=np.ones((1, context), bool)))
+    from icrl_jax.data.trajectories import Trajectories
+    one = Trajectories(rewards=jnp.zeros((1, context)), **one)
+    dt_params = dt.init(jax.random.PRNGKey(0), one)
+    tasks = room.task_params(np.arange(num_envs) % room.num_tasks)
+    if new:
+        from icrl_jax.methods.dt_rollout import return_conditioned_source
+        policy = return_conditioned_source(dt, dt_params, room, context, 10.0, False)
+        run = lambda: generate_histories(room, policy, tasks, steps,  # noqa: E731
+                                         jax.random.PRNGKey(3)).rewards
+    else:
+        from icrl_jax.methods.dt_rollout import make_rollout
+        rollout = make_rollout(dt, room, context, steps, False)
+        run = lambda: rollout(dt_params, tasks, 10.0, jax.random.PRNGKey(3))["rewards"]  # noqa: E731
+    out["msat_button_room"] = num_envs * steps / _timed(run, 1)
+    return out
+
+
+def sweep_assignments_per_hour() -> float:
+    """8 assignments of the n-gram Dark Room quick search, 200 updates each, as one vmapped
+    group (K = 8)."""
+    import jax
+    import numpy as np
+    import envs
+    from experiments.ngram.darkroom import get_config
+    from icrl_jax import sweep as S
+    from icrl_jax.data.dataset import sample_windows, to_step_windows
+    from icrl_jax.data.history import History
+
+    config = get_config("quick")
+    config.unlock()
+    config.train.num_steps, config.train.steps_per_call = 200, 100
+    config.lock()
+    rng = np.random.default_rng(0)
+    n, t = 80, 2000
+    windows = jax.device_put(to_step_windows(History(
+        rng.integers(0, 81, (n, t)).astype(np.int32), rng.integers(0, 5, (n, t)).astype(np.int32),
+        rng.integers(0, 2, (n, t)).astype(np.float32), np.zeros((n, t), bool),
+        np.arange(n, dtype=np.int32), np.ones((n, 5), bool))))
+    space = {k: v for k, v in S.flatten_space(config.sweep.space).items() if k in S.VMAPPED}
+    assignments = [S.sample_assignment(space, 0, i) for i in range(8)]
+    seeds = list(range(8))
+    env = envs.make("darkroom")
+    scratch = tempfile.mkdtemp()
+    if hasattr(S, "group_data") and "workdir" in S.train_assignments.__code__.co_varnames:
+        from icrl_jax.data.train_data import on_device
+        data = on_device(windows, sample_windows, config.train.seq_len)
+        run = lambda d: S.train_assignments(config, env, data, assignments, seeds,  # noqa: E731
+                                            os.path.join(scratch, d))
+    else:
+        run = lambda d: S.train_assignments(config, env, windows, assignments, seeds)  # noqa: E731
+    run("compile")
+    start = time.perf_counter()
+    jax.block_until_ready(run("timed"))
+    return 3600 * len(assignments) / (time.perf_counter() - start)
+
+
+WORKLOADS = {"train": train_tokens_per_second, "eval": eval_steps_per_second,
+             "sweep": sweep_assignments_per_hour}
+
+
+def measure(tree: str, workload: str) -> dict:
+    """One workload on one tree, in a fresh process with that tree first on the path."""
+    env = dict(os.environ, PYTHONPATH=tree, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", "--tree", tree,
+                          "--workload", workload], cwd=tree, env=env, capture_output=True,
+                         text=True)
+    if out.returncode:
+        raise RuntimeError(f"{workload} on {tree} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old", help="work tree of the code before the refactor")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--measure", action="store_true")
+    ap.add_argument("--tree", default=ROOT)
+    ap.add_argument("--workload", choices=sorted(WORKLOADS))
+    args = ap.parse_args()
+    if args.measure:
+        value = WORKLOADS[args.workload]()
+        print(json.dumps(value if isinstance(value, dict) else {args.workload: value}))
+        return
+    runs: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
+    load_before = os.getloadavg()[0]
+    for _ in range(args.repeats):
+        for workload in WORKLOADS:
+            for label, tree in (("old", args.old), ("new", ROOT)):
+                for name, value in measure(tree, workload).items():
+                    runs[label].setdefault(name, []).append(value)
+                    print(f"{label} {name}: {value:,.1f}", flush=True)
+    import numpy as np
+    units = {"train": "tokens/s", "sweep": "assignments/hour"}
+    rows = []
+    for name in runs["new"]:
+        old, new = np.median(runs["old"][name]), np.median(runs["new"][name])
+        rows.append(f"| {name} | {units.get(name, 'env steps/s')} | "
+                    f"{' / '.join(f'{v:,.0f}' for v in runs['old'][name])} | "
+                    f"{' / '.join(f'{v:,.0f}' for v in runs['new'][name])} | {new / old:.2f}x |")
+    text = "\n".join([
+        SECTION, "",
+        f"Command: `python benchmarks/bench_core.py --old <worktree of the parent of the one-core "
+        f"commits> --repeats {args.repeats} --write`. Hardware: {platform.processor() or 'x86_64'}, "
+        f"{os.cpu_count()} cores, CPU backend; load average {load_before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after. Each number is one fresh process; old and new alternate "
+        "(A B A B). train: the small AD model (2x64, batch 64 x 100), 10 steps per jitted call. "
+        "eval: Headless-AD on 100 bandits x 300 steps (context 300) with the key/value cache and "
+        "with the recomputed window; M-SAT on 80 button rooms x 100 steps (context 10). sweep: "
+        "8 n-gram Dark Room assignments x 200 updates as one vmapped group.", "",
+        "| workload | unit | old (each run) | new (each run) | new / old (medians) |",
+        "| --- | --- | --- | --- | --- |", *rows])
+    print(text)
+    if args.write:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from results import write_section
+        write_section(SECTION, text)
+
+
+if __name__ == "__main__":
+    main()
