@@ -47,7 +47,9 @@ def _wandb_for(workdir: str, project: str, mode: str, run_config: dict | None):
     path = os.path.abspath(workdir)
     if _wandb_run is not None and _wandb_run[0] == path:
         return _wandb_run[1]
-    finish_wandb()
+    if _wandb_run is not None:  # one run at a time; its files are flushed in the background
+        run, _wandb_run = _wandb_run[1], None
+        run.finish()
     run = wandb.init(project=project, mode=mode, dir=path, config=run_config, resume="allow",
                      id=wandb_run_id(path), name=os.path.basename(path))
     _wandb_run = (path, run)
@@ -55,11 +57,17 @@ def _wandb_for(workdir: str, project: str, mode: str, run_config: dict | None):
 
 
 def finish_wandb() -> None:
-    """Finish this process's W&B run (flushing it to disk), if any. Runs also finish on exit."""
+    """Finish this process's W&B run, if any, and wait until every run's files are written.
+
+    `run.finish()` alone returns before wandb's service has written the offline run file (it
+    can still hold only its header), so this also calls `wandb.teardown()`, as wandb does on
+    exit; the next run starts a new service."""
     global _wandb_run
     if _wandb_run is not None:
         run, _wandb_run = _wandb_run[1], None
         run.finish()
+        import wandb
+        wandb.teardown()
 
 
 class MetricsLogger:
