@@ -100,7 +100,7 @@ def assignments_to_reach(scores, target: float) -> int | None:
 
 def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
                    final_window: int = 1) -> tuple[dict[str, float], np.ndarray]:
-    """The metrics of one policy's rollouts, and its mean curve (one definition for every stage).
+    """The metrics of one policy's rollouts, and its curves (one definition for every stage).
 
     Args:
       kind: "bandit" (scored by expected regret; `rollout` has `expected_reward` and
@@ -108,13 +108,14 @@ def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
       rollout: `(N, T)` arrays `rewards`, `dones` (and the bandit info).
       final_window: steps (bandits) or episodes (episodic) the final scores average.
     Returns:
+      (metrics, curves) with one curve per rollout (`(N, points)`, NaN where missing).
       bandits: `final_regret` (cumulative, after the last step), `final_step_regret` (the last
-      `final_window` steps); curve = mean cumulative regret `(T,)`.
+      `final_window` steps); curves = cumulative regret `(N, T)`.
       episodic: `first_episode_return`; `last_episode_return` (each rollout's OWN last complete
       episode: with episodes that end early, rollouts complete different numbers of episodes, and
       a column-wise "last episode" would average only the fastest rollouts); `success` (mean
       return of each rollout's last `final_window` episodes); `mean_return` (all complete
-      episodes); `episodes` (mean complete episodes per rollout); curve = mean return per episode
+      episodes); `episodes` (mean complete episodes per rollout); curves = return per episode
       index, over the indices at least half of the rollouts reached.
     """
     if kind == "bandit":
@@ -123,7 +124,7 @@ def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
         regret = np.cumsum(step_regret, axis=1)
         return dict(final_regret=float(regret[:, -1].mean()),
                     final_step_regret=float(step_regret[:, -int(final_window):].mean())
-                    ), regret.mean(0)
+                    ), regret
     returns = np.asarray(episode_returns(rollout["rewards"], rollout["dones"], num_steps))
     reached = ~np.isnan(returns)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
@@ -133,14 +134,14 @@ def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
                        success=float(np.nanmean(last_episodes(returns, int(final_window)))),
                        mean_return=float(np.nanmean(returns)),
                        episodes=float(reached.sum(1).mean()))
-        curve = np.nanmean(returns[:, reached.mean(0) >= 0.5], 0)
-    return metrics, curve
+    return metrics, returns[:, reached.mean(0) >= 0.5]
 
 
 def summarise(kind: str, rollouts: dict[str, dict[str, np.ndarray]], num_steps: int,
               final_window: int = 1) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """`policy_metrics` of every policy as `{policy}_{metric}`, plus the model's normalised
-    scores (0 = random, 1 = source) when both baselines ran; and the curves per policy.
+    scores (0 = random, 1 = source) when both baselines ran; and each policy's curves
+    `(N, points)` (`mean_curve` averages them).
 
     `normalised_score` compares the cumulative regret (bandits) or each rollout's last complete
     episode return (episodic tasks); bandits also get `final_step_score`, the Headless-AD
@@ -158,3 +159,10 @@ def summarise(kind: str, rollouts: dict[str, dict[str, np.ndarray]], num_steps: 
                 results[score] = float(normalised_score(
                     results[f"model_{key}"], results[f"random_{key}"], results[f"source_{key}"]))
     return results, curves
+
+
+def mean_curve(curves: np.ndarray) -> list[float]:
+    """The mean over rollouts of `(N, points)` curves (NaN-aware), as a JSON-ready list."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.round(np.nanmean(np.asarray(curves, np.float64), 0), 4).tolist()

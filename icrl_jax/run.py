@@ -155,9 +155,9 @@ def evaluate(config, params=None) -> dict[str, Any]:
     results.update(method.write_analysis(params, {n: r.get("policy_state")
                                                   for n, r in rollouts.items()}, config, env))
     bandit = env.kind == envs.BANDIT
-    results["curves"] = {n: np.asarray(c).tolist() for n, c in curves.items()}
+    results["curves"] = {n: M.mean_curve(c) for n, c in curves.items()}
     results["plot"] = plot_curves(
-        {n: np.asarray(c)[None] for n, c in curves.items()},
+        curves,
         os.path.join(config.workdir, "in_context_curves.png"),
         xlabel="step" if bandit else "in-context episode",
         ylabel="cumulative regret" if bandit else "return",
@@ -215,7 +215,7 @@ def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
     else:
         result["score"] = result["model_success"]
     result["arms_used"] = result["model_arms_used"]
-    result["curves"] = {n: np.asarray(c).tolist() for n, c in curves.items()}
+    result["curves"] = {n: M.mean_curve(c) for n, c in curves.items()}
     return result
 
 

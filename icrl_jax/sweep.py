@@ -247,7 +247,7 @@ def _rollout_scores(config, env, policies, test_ids) -> dict[str, float]:
                             chunk_size=config.eval.chunk_size or None)
     results, curves = M.summarise(env.kind, rollouts, int(config.eval.num_steps),
                                   int(config.eval.final_window))
-    return dict(results, **{f"{name}_curve": np.round(c, 4).tolist() for name, c in curves.items()})
+    return dict(results, **{f"{name}_curve": M.mean_curve(c) for name, c in curves.items()})
 
 
 def _baselines(config, env, test_ids) -> dict[str, float]:
