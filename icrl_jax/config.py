@@ -248,3 +248,33 @@ def finalize(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         config.model.max_len = config.train.seq_len
     config.lock()
     return config
+
+
+# Method-specific model fields, added by the experiments that use those methods (kept here, not
+# beside the methods, so that loading a config imports no model code).
+
+def default_headless_config() -> dict:
+    """Headless-AD fields to add to a `model` config (values: the paper's Bernoulli bandit)."""
+    return dict(action_embed_dim=64, tau=1.34, loss="infonce", prompt=True,
+                embeddings="orthonormal", eval_embedding_seed=0, reward_gated_actions=False)
+
+
+def add_headless_fields(config: ml_collections.ConfigDict, **overrides) -> None:
+    """Give `config.model` the Headless-AD fields (defaults, then `overrides`)."""
+    fields = dict(default_headless_config(), **overrides)
+    for key, value in fields.items():
+        config.model[key] = value
+
+
+def dt_model_config() -> ml_collections.ConfigDict:
+    """The Decision Transformer fields of `config.model` (added by DT experiments)."""
+    return ml_collections.ConfigDict(dict(
+        timestep_encoding="timestep",  # timestep | position | none
+        max_timestep=1000,  # rows of the timestep table
+        rtg_scale=1.0,  # returns-to-go are divided by this before embedding
+        action_prediction="state",  # state | autoregressive (multi-action tokens)
+        # Pixel (uint8 image) states only:
+        cnn_channels=(32, 64, 64),  # strided conv widths of the state encoder
+        cnn_kernel=4,
+        obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
+    ))

@@ -42,83 +42,8 @@ from icrl_jax.data.rollout import run_policies
 from icrl_jax.data.sources import build_source, uniform_random
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.methods import build_method
-
-#: Hyperparameters that never change a shape: traced, hence shared by one program and vmapped.
-VMAPPED = T.REPLICA_HYPERPARAMETERS
-DISTRIBUTIONS = ("uniform", "log_uniform", "choice")
-
-
-def add_sweep_fields(config: ml_collections.ConfigDict, space: dict[str, dict[str, Any]],
-                     num_assignments: int = 20, max_replicas: int = 8) -> None:
-    """Give `config` a `sweep` section; `space` maps dotted config keys to one distribution."""
-    config.sweep = ml_collections.ConfigDict(dict(
-        num_assignments=num_assignments,
-        seed=0,
-        max_replicas=max_replicas,  # assignments per vmapped program (memory bound)
-        score="model_last_episode_return",  # the eval result EMP is computed over
-        space=nested_space(space),
-    ))
-
-
-def nested_space(space: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """{dotted key: spec} -> the nested dict stored as `sweep.space` (ConfigDict keys hold no
-    dots); `flatten_space` inverts it."""
-    nested: dict[str, Any] = {}
-    for dotted, spec in space.items():
-        node = nested
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = dict(spec)
-    return nested
-
-
-def table2_space(ngram: bool) -> dict[str, dict[str, Any]]:
-    """The paper's Table 2(a) (grid environments); n-gram keys only for the n-gram model.
-
-    `subsample` k keeps every k-th episode of each learning history (`data.subsample`, see
-    `dataset.subsample_episodes`); with 200-episode histories k = 50 leaves 4 episodes, 200 steps,
-    the longest context.
-    """
-    space = {
-        "data.subsample": dict(choice=[4, 8, 10, 20, 50]),
-        "model.embedding_dropout": dict(uniform=(0.0, 0.9)),
-        "model.residual_dropout": dict(uniform=(0.0, 0.5)),
-        "model.label_smoothing": dict(uniform=(0.0, 0.8)),
-        "train.learning_rate": dict(log_uniform=(1e-4, 1e-2)),
-        "train.weight_decay": dict(log_uniform=(1e-7, 2e-2)),
-        "train.seq_len": dict(choice=[60, 100, 160, 200]),
-        "model.pre_norm": dict(choice=[True, False]),
-        "model.normalize_qk": dict(choice=[True, False]),
-    }
-    if ngram:
-        space["model.ngram_positions"] = dict(choice=[(1,), (2,), (1, 2)])
-        space["model.ngram_max"] = dict(choice=[1, 2])
-    return space
-
-
-def vmappable_space(space: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """`space` restricted to the hyperparameters that keep array shapes (`VMAPPED`), nested:
-    a search whose assignments all train side by side as replicas of one program."""
-    return nested_space({k: v for k, v in space.items() if k in VMAPPED})
-
-
-def flatten_space(space: ml_collections.ConfigDict | dict, prefix: str = "") -> dict[str, dict]:
-    """Nested space -> {dotted key: distribution spec}, checking every spec."""
-    flat = {}
-    for key, value in dict(space).items():
-        dotted = f"{prefix}{key}"
-        value = value.to_dict() if isinstance(value, ml_collections.ConfigDict) else dict(value)
-        kinds = set(value) & set(DISTRIBUTIONS)
-        if kinds:
-            if len(value) != 1:
-                raise ValueError(f"sweep.space.{dotted} must hold exactly one of {DISTRIBUTIONS}, "
-                                 f"got {sorted(value)}")
-            flat[dotted] = value
-        else:
-            flat.update(flatten_space(value, dotted + "."))
-    return flat
-
+from icrl_jax.search_space import (DISTRIBUTIONS, VMAPPED, add_sweep_fields,  # noqa: F401
+                                   flatten_space, nested_space, table2_space, vmappable_space)
 
 def sample_assignment(space: dict[str, dict], seed: int, index: int) -> dict[str, Any]:
     """Assignment `index`: one value per key, from its own generator `(seed, index)`."""

@@ -28,11 +28,10 @@ from icrl_jax.config import default_train_config  # noqa: F401 (re-export)
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.errors import UserError
 from icrl_jax.logging_utils import MetricsLogger, progress
+from icrl_jax.search_space import VMAPPED
 
 #: Hyperparameters that never change a shape: traced in replica training, hence vmappable.
-REPLICA_HYPERPARAMETERS = ("train.learning_rate", "train.weight_decay",
-                           "model.embedding_dropout", "model.residual_dropout",
-                           "model.label_smoothing")
+REPLICA_HYPERPARAMETERS = VMAPPED
 
 
 class TrainingDivergedError(UserError):

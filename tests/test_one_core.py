@@ -125,3 +125,16 @@ def test_damaged_checkpoint_is_named_and_training_resumes_from_an_intact_one(tmp
     assert "checkpoints/20 is unreadable" in out.stderr and "resuming from" in out.stderr
     lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if line["phase"] == "train"][-1] == 30
+
+
+def test_every_experiment_config_loads_without_model_code():
+    """Configs import only config builders: loading all of them imports no jax, flax or orbax."""
+    script = (
+        "import glob, importlib, os, sys\n"
+        "for path in sorted(glob.glob('experiments/*/*.py')):\n"
+        "    if 'def get_config' in open(path).read():  # a config file (not a script)\n"
+        "        importlib.import_module(path[:-3].replace(os.sep, '.')).get_config('')\n"
+        "print(sorted(m for m in ('jax', 'flax', 'orbax.checkpoint') if m in sys.modules))\n")
+    out = subprocess.run(["python", "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -32,7 +32,7 @@ far below the paper's budget.
 """
 
 from icrl_jax.config import apply_preset, base_config
-from icrl_jax.methods.dt import dt_model_config
+from icrl_jax.config import dt_model_config
 
 SCENARIOS = ("my_way_home", "deadly_corridor")
 

@@ -11,7 +11,7 @@ Ablations are presets (paper scale: the tuned values of Tables 5-7) or plain swi
 """
 
 from experiments.headless_ad.common import ablation_presets, quick_preset
-from icrl_jax.methods.headless_ad import add_headless_fields
+from icrl_jax.config import add_headless_fields
 from experiments.headless_ad.common import add_report_fields, bernoulli_variants
 from icrl_jax.config import apply_preset, base_config
 

@@ -7,7 +7,7 @@ steps. Evaluated on held-out 4-20-arm bandits and on 20, 25, 30, 40 and 50 arms.
 
 from experiments.headless_ad.common import quick_preset
 from icrl_jax.config import apply_preset, base_config
-from icrl_jax.methods.headless_ad import add_headless_fields
+from icrl_jax.config import add_headless_fields
 from experiments.headless_ad.common import add_report_fields, contextual_variants
 
 PRESETS = {

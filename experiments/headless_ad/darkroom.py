@@ -13,7 +13,7 @@ Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `q
 from experiments.headless_ad.common import (DARKROOM_REPLAY, ablation_presets,
                                             darkroom_quick_preset)
 from icrl_jax.config import apply_preset, base_config
-from icrl_jax.methods.headless_ad import add_headless_fields
+from icrl_jax.config import add_headless_fields
 from experiments.headless_ad.common import add_report_fields, darkroom_variants
 
 QUICK = darkroom_quick_preset(**{

@@ -24,7 +24,7 @@ source at these budgets, so they do not test the paper's near-optimal claim.
 
 from icrl_jax.config import apply_preset
 from experiments.ngram.common import grid_sweep_config, quick_preset
-from icrl_jax.sweep import add_sweep_fields, nested_space, table2_space, vmappable_space
+from icrl_jax.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
 
 AD_BASELINE = {"model.ngram_positions": (), "sweep.space": nested_space(table2_space(ngram=False))}
 

@@ -10,7 +10,7 @@ tiny model, 400 updates, shape-preserving hyperparameters only, one vmapped prog
 
 from icrl_jax.config import apply_preset
 from experiments.ngram.common import grid_sweep_config, quick_preset
-from icrl_jax.sweep import add_sweep_fields, nested_space, table2_space, vmappable_space
+from icrl_jax.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
 
 
 QUICK = quick_preset(**{

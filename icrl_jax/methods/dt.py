@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from icrl_jax.config import dt_model_config  # noqa: F401 (re-export)
 from icrl_jax.analysis.attention_maps import context_attention, write_attention
 from icrl_jax.data.history import History
 from icrl_jax.data.pixel_store import PrefetchLoader
@@ -56,20 +57,6 @@ from icrl_jax.models.transformer import Transformer
 
 TIMESTEP_ENCODINGS = ("timestep", "position", "none")
 ACTION_PREDICTIONS = ("state", "autoregressive")
-
-
-def dt_model_config() -> ml_collections.ConfigDict:
-    """The Decision Transformer fields of `config.model` (added by DT experiments)."""
-    return ml_collections.ConfigDict(dict(
-        timestep_encoding="timestep",  # timestep | position | none
-        max_timestep=1000,  # rows of the timestep table
-        rtg_scale=1.0,  # returns-to-go are divided by this before embedding
-        action_prediction="state",  # state | autoregressive (multi-action tokens)
-        # Pixel (uint8 image) states only:
-        cnn_channels=(32, 64, 64),  # strided conv widths of the state encoder
-        cnn_kernel=4,
-        obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
-    ))
 
 
 class PixelStateEmbedding(nn.Module):

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from icrl_jax.config import add_headless_fields, default_headless_config  # noqa: F401 (re-export)
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.methods import register
 from icrl_jax.methods.ad import AD, grid_size_of
@@ -39,19 +40,6 @@ from icrl_jax.models.transformer import Transformer
 
 EMBEDDING_KINDS = ("orthonormal", "normal")
 LOSSES = ("infonce", "mse")
-
-
-def default_headless_config() -> dict:
-    """Headless-AD fields to add to a `model` config (values: the paper's Bernoulli bandit)."""
-    return dict(action_embed_dim=64, tau=1.34, loss="infonce", prompt=True,
-                embeddings="orthonormal", eval_embedding_seed=0, reward_gated_actions=False)
-
-
-def add_headless_fields(config: ml_collections.ConfigDict, **overrides) -> None:
-    """Give `config.model` the Headless-AD fields (defaults, then `overrides`)."""
-    fields = dict(default_headless_config(), **overrides)
-    for key, value in fields.items():
-        config.model[key] = value
 
 
 def sample_action_embeddings(key: jax.Array, num_actions: int, dim: int,
