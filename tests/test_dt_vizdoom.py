@@ -138,7 +138,7 @@ def test_msat_pixel_training_from_loader_lowers_loss(store_dir, tmp_path):
 def test_dt_host_policy_matches_context_rule(store_dir):
     """The DT policy on the bridge keeps its context rule: rtg minus rewards, reset at done."""
     from envs.host.bridge import HostStep
-    from envs.host.specs import HostEnv
+    from envs.host.specs import ViZDoom
     from icrl_jax.data.rollout import SourceOnHost
     from icrl_jax.methods.dt_rollout import return_conditioned_source
 
@@ -146,13 +146,8 @@ def test_dt_host_policy_matches_context_rule(store_dir):
     method = MSAT(model_config(), DIMS, K)
     params = method.init(jax.random.PRNGKey(0),
                          jax.tree.map(jnp.asarray, store.sample(np.random.default_rng(0), 1, K)))
-    class Doomlike(HostEnv):  # the store's small frames and (3, 2) actions
-        observation_shape, num_actions, action_dims = OBS, 6, DIMS
-
-        def join_action(self, components):
-            return components
-
-    env = Doomlike()
+    env = ViZDoom("deadly_corridor")  # with the store's small frames and (3, 2) actions
+    env.observation_shape, env._action_dims, env.num_actions = OBS, DIMS, 6
     policy = SourceOnHost(return_conditioned_source(method, params, env, K, 5.0, False), env)
     state = policy.init(jax.random.PRNGKey(0), 2)
     obs = jnp.zeros((2, *OBS), jnp.uint8)

@@ -18,7 +18,7 @@ from icrl_jax.data.pixel_store import (PixelStore, PixelStoreWriter, StepWindows
 from icrl_jax.data.rollout import SourceOnHost
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.methods.in_context import in_context_source
-from envs.host.specs import HostEnv
+from envs.host.specs import MiniworldRoom
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.encoders import VQVAE, vq_ngram_ids
 from icrl_jax.models.ngram import get_ngram_ids, ngram_pattern, register_ngram_ids
@@ -119,10 +119,10 @@ def test_ad_trains_on_pixel_store_resumes_exactly_and_restores(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, restored, state.params)
 
 
-class PixelRoom(HostEnv):
-    """A host env spec with small frames (no simulator behind it)."""
+class PixelRoom(MiniworldRoom):
+    """The Miniworld dark room's spec with the small frames of these tests."""
 
-    num_actions, observation_shape = NUM_ACTIONS, (8, 8, 3)
+    observation_shape = (8, 8, 3)
 
 
 def test_in_context_host_policy_acts_on_its_own_sliding_history():

@@ -9,6 +9,7 @@ imported only when a bridge or an oracle is built (they pull in heavy native dep
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import jax.numpy as jnp
@@ -17,7 +18,7 @@ import numpy as np
 from envs.core import EnvSpec
 
 
-class HostEnv(EnvSpec):
+class HostEnv(EnvSpec, abc.ABC):
     """A host simulator (pixels, episodic) behind the bridge.
 
     Subclasses set `num_actions`, `observation_shape`, and define `tasks`, `make_bridge` and
@@ -32,9 +33,9 @@ class HostEnv(EnvSpec):
         del params  # every action is available in every task
         return jnp.ones(self.num_actions, bool)
 
+    @abc.abstractmethod
     def tasks(self) -> np.ndarray:
         """Every task, one row each (a single-task simulator has one row)."""
-        raise NotImplementedError
 
     def task_split(self, num_train: int, num_test: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """Seeded disjoint train / held-out task rows (a single-task simulator uses its one
@@ -47,13 +48,13 @@ class HostEnv(EnvSpec):
         order = np.random.default_rng(seed).permutation(len(tasks))
         return tasks[order[:num_train]], tasks[order[num_train:num_train + num_test]]
 
+    @abc.abstractmethod
     def make_bridge(self, tasks: np.ndarray):
         """A `HostVectorEnv` with one simulator per row of `tasks`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def oracle(self, num_steps: int, **kwargs):
         """The privileged source as a bridge `HostPolicy` (what the data distils)."""
-        raise NotImplementedError
 
     def rollout_metrics(self, out: dict[str, np.ndarray], num_steps: int) -> dict[str, Any]:
         """Simulator-specific metrics of one policy's rollout (default: none)."""
