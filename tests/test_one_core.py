@@ -46,29 +46,40 @@ def test_last_episode_return_is_each_rollouts_own_last_episode():
     assert metrics["episodes"] == pytest.approx(2.0)
 
 
-def test_sweep_and_pipeline_give_the_same_score_on_key_to_door():
+def test_sweep_and_pipeline_give_the_same_score_on_key_to_door(tmp_path):
+    """The sweep's scores and the pipeline's come from one metric definition: on Key-to-Door,
+    where episodes end early, the same rollouts give the same model and source scores."""
     from experiments.ad.key_to_door import get_config
     from icrl_jax.config import finalize
 
     config = get_config("quick")
     config.model.update(dict(d_model=16, num_layers=1, num_heads=2))
-    config.eval.num_steps = 120
+    config.data.source = "noisy_oracle"  # reaches the door in some episodes: early ends
+    config.eval.num_steps = 300
+    config.eval.baselines = ("source", "random")
+    config.workdir = str(tmp_path)
     config = finalize(config)
     env = envs.make(config.env.name, **config.env.kwargs.to_dict())
     method = build_method(config, env)
-    test_ids = np.arange(100, 106, dtype=np.int32)
+    test_ids = np.arange(100, 108, dtype=np.int32)
     example = jax.tree.map(lambda x: x[:, :config.train.seq_len], _probe_windows(env, test_ids))
     params = method.init(jax.random.PRNGKey(0), example)
-    baselines = dict(random_last_episode_return=0.0, source_last_episode_return=1.0)
+    baselines = sweep._baselines(config, env, test_ids)
     from_sweep = sweep.evaluate_params(config, env, method, params, test_ids, baselines)
-    config.eval.baselines = ()  # only the model, as the sweep rolls it out
     from_pipeline, _, rollouts = rollout_and_score(config, env, method, params,
                                                    env.task_params(test_ids),
                                                    jax.random.PRNGKey(config.eval.seed))
-    counts = rollouts["model"]["dones"].sum(1)
-    assert counts.min() != counts.max()  # episodes end early: rollouts differ in episode count
-    assert from_sweep["model_last_episode_return"] == pytest.approx(
-        from_pipeline["model_last_episode_return"])
+    counts = rollouts["source"]["dones"].sum(1)
+    assert counts.min() != counts.max()  # rollouts differ in their numbers of episodes
+    for key in ("model_last_episode_return", "model_first_episode_return"):
+        assert from_sweep[key] == pytest.approx(from_pipeline[key])
+    for key in ("source_last_episode_return", "random_last_episode_return"):
+        assert baselines[key] == pytest.approx(from_pipeline[key])
+    # Each rollout's own last episode: not the column of the longest rollouts.
+    returns = np.asarray(M.episode_returns(rollouts["source"]["rewards"],
+                                           rollouts["source"]["dones"], 300))
+    own_last = returns[np.arange(len(returns)), counts - 1]
+    assert from_pipeline["source_last_episode_return"] == pytest.approx(own_last.mean())
 
 
 def _probe_windows(env, task_ids):
