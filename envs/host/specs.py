@@ -28,6 +28,8 @@ class HostEnv(EnvSpec, abc.ABC):
     host = True
     pixels = True
     has_oracle = True
+    #: Shape of one action as the simulator takes it (() for an index).
+    action_shape: tuple[int, ...] = ()
 
     def action_mask(self, params: Any) -> jnp.ndarray:
         del params  # every action is available in every task
@@ -113,6 +115,10 @@ class ViZDoom(HostEnv):
     @property
     def action_dims(self) -> tuple[int, ...]:
         return self._action_dims
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        return (len(self._action_dims),)
 
     def join_action(self, components):
         return components  # the simulator takes the components themselves

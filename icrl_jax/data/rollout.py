@@ -51,9 +51,7 @@ class SourceOnHost:
         states = jax.vmap(lambda k: self.source.init(k, self.params))(
             jax.random.split(key, num_envs))
         obs = jnp.zeros((num_envs,) + tuple(self.env.observation_shape), jnp.uint8)
-        action_shape = (len(self.env.action_dims),) if self.env.join_action(
-            jnp.zeros(len(self.env.action_dims), jnp.int32)).ndim else ()
-        return states, obs, jnp.zeros((num_envs,) + action_shape, jnp.int32)
+        return states, obs, jnp.zeros((num_envs,) + self.env.action_shape, jnp.int32)
 
     def act(self, key: jax.Array, state, step: HostStep):
         states, prev_obs, prev_actions = state
