@@ -94,7 +94,10 @@ def train_assignments(config, env, data: TrainData, assignments: Sequence[dict[s
         hyper = {k: v[np.asarray(indices)] for k, v in hypers.items()}
         state, metrics = T.train_replicas(lambda model: build_method(config, env, model), config,
                                           data, directory, signature,
-                                          [seeds[i] for i in indices], hyper)
+                                          [seeds[i] for i in indices], hyper,
+                                          cache_key=(config.to_json(sort_keys=True),
+                                                     config.env.to_json(sort_keys=True),
+                                                     data.sample_fn))
         if metrics is None:  # already trained (a resumed sweep): no call was left to run
             metrics = {k: np.full(len(indices), np.nan) for k in ("loss", "accuracy")}
         return state.params, metrics

@@ -171,9 +171,14 @@ def _check_finite(metrics: dict[str, np.ndarray], first_step: int, good_step: in
                 f"{values[replica, offset]}; {kept}. Lower train.learning_rate or check the data.")
 
 
+#: Compiled (init, train_steps) of replica groups, by the caller's key: the chunks of one sweep
+#: group (and a resumed sweep in the same process) reuse one program instead of recompiling.
+_COMPILED: dict[Any, tuple[Callable, Callable]] = {}
+
+
 def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict[str, Any],
          seed_keys: jax.Array, hyper, replicas: bool, show_progress: bool, stop_at: int | None,
-         log) -> tuple[TrainState, dict[str, np.ndarray] | None]:
+         log, cache_key=None) -> tuple[TrainState, dict[str, np.ndarray] | None]:
     """The loop shared by `train` and `train_replicas` (see the module docstring); returns the
     final state and the last call's metrics averaged over its steps (`(K,)` with replicas)."""
     check_step_config(config)
@@ -181,15 +186,19 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     replicated = NamedSharding(mesh, P())
     init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys) if replicas \
         else jax.random.fold_in(seed_keys, 2**31 - 1)
-    init = jax.vmap(lambda k, h: init_state(build, data, k, h)) if replicas else \
-        (lambda k, h: init_state(build, data, k, h))
-    state = jax.device_put(jax.jit(init)(init_keys, hyper), replicated)
+    if cache_key is None or cache_key not in _COMPILED:
+        init = jax.vmap(lambda k, h: init_state(build, data, k, h)) if replicas else \
+            (lambda k, h: init_state(build, data, k, h))
+        compiled = (jax.jit(init), make_train_steps(build, data, config, mesh, replicas))
+        if cache_key is not None:
+            _COMPILED[cache_key] = compiled
+    init, train_steps = compiled if cache_key is None else _COMPILED[cache_key]
+    state = jax.device_put(init(init_keys, hyper), replicated)
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), signature,
                                 config.keep_checkpoints)
     restored, good_step, _ = checkpointer.restore_latest_intact(state)
     if restored is not None:
         state = jax.device_put(restored, replicated)
-    train_steps = make_train_steps(build, data, config, mesh, replicas)
     arrays = None if data.arrays is None else jax.device_put(data.arrays, replicated)
     step = int(np.max(state.step))
     loader = data.loader_fn(step) if data.loader_fn is not None else None
@@ -261,13 +270,14 @@ def replica_hyperparameters(config, assignments: Sequence[dict[str, Any]]) -> di
 
 def train_replicas(build_method: Callable, config, data: TrainData, workdir: str,
                    signature: dict[str, Any], seeds: Sequence[int],
-                   hyper: dict[str, jax.Array], show_progress: bool = False
+                   hyper: dict[str, jax.Array], show_progress: bool = False, cache_key=None
                    ) -> tuple[TrainState, dict[str, np.ndarray] | None]:
     """Train K replicas of one model side by side (`vmap`), replica k from seed `seeds[k]` with
     the hyperparameters `hyper[name][k]`; resumable like `train` (checkpoints of the stacked
     state in `workdir`). `build_method(model_config)` builds the method from a model config
     whose replica hyperparameters are traced. Returns the stacked final state and the last
-    call's metrics per replica (None when no step was left to train)."""
+    call's metrics per replica (None when no step was left to train). Calls with the same
+    `cache_key` (e.g. the group's config, env and data) reuse one compiled program."""
     def build(h):
         model = _Mapping(config.model.to_dict())
         model.update({k.split(".", 1)[1]: v for k, v in h.items() if k.startswith("model.")})
@@ -275,11 +285,14 @@ def train_replicas(build_method: Callable, config, data: TrainData, workdir: str
 
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     train = ml_collections.ConfigDict(config.train.to_dict())
-    per_call = train.steps_per_call
-    for name in ("log_every", "checkpoint_every"):  # a search's cadence: whole calls
-        train[name] = min(-(-train[name] // per_call) * per_call, train.num_steps)
+    # A search logs in whole calls and checkpoints each group once, at its end: it resumes by
+    # finished assignments (results.jsonl), and a save per call would cost more than it saves.
+    train.log_every = min(-(-train.log_every // train.steps_per_call) * train.steps_per_call,
+                          train.num_steps)
+    train.checkpoint_every = train.num_steps
+    key = None if cache_key is None else (cache_key, len(seeds))
     return _fit(build, data, train, workdir, signature, keys, hyper, True, show_progress,
-                None, None)
+                None, None, key)
 
 
 def restore_params(method, data: TrainData, config, workdir: str, signature: dict[str, Any]):
