@@ -25,7 +25,6 @@ import numpy as np  # noqa: E402
 
 from icrl_jax.methods import method_class  # noqa: E402
 
-BANDIT_ENVS = ("bernoulli_bandit", "contextual_bandit")
 TABLE_ARMS = (20, 30, 40, 50)
 
 

@@ -3,7 +3,7 @@ the way the ablations (Tables 5-7) become presets."""
 
 import ml_collections
 
-from icrl_jax.config import cpu_preset
+from icrl_jax.config import base_config, cpu_preset
 
 
 def quick_preset(seq_len: int, **extra):
@@ -123,3 +123,30 @@ def darkroom_variants(max_actions: int) -> ml_collections.ConfigDict:
             variants[f"{name}__{tasks}_goals"] = dict(env=dict(max_actions=max_actions),
                                                       actions=name, tasks=tasks)
     return ml_collections.ConfigDict(variants)
+
+
+def darkroom_config(experiment: str, method: str, max_eval_actions: int, label: str):
+    """The composite Dark Room setup shared by Headless-AD and its AD baselines (paper scale):
+    Q-learning histories on the 50 train actions (200 episodes of 20 steps), the schedule of
+    Tables 3-4, 1,000 in-context evaluation episodes on the action sets up to
+    `max_eval_actions` wide. The model fields are each experiment's own."""
+    config = base_config()
+    config.experiment = experiment
+    config.method = method
+    config.env.name = "darkroom_composite"
+    config.env.kwargs.max_actions = 50
+    config.env.kwargs.actions = "train"
+    config.env.kwargs.action_split_seed = 0
+    config.data.source = "q_learning"
+    config.data.source_kwargs.lr = 0.9933
+    config.data.source_kwargs.discount = 0.6238
+    config.data.update(dict(num_train_tasks=60, num_test_tasks=20, histories_per_task=10,
+                            num_steps=4000))
+    config.model.update(dict(d_model=512, position="rotary"))
+    config.train.update(dict(num_steps=20_000, batch_size=128, seq_len=100, warmup_steps=1000,
+                             steps_per_call=100, log_every=100, checkpoint_every=1000))
+    config.eval.num_steps = 20_000
+    config.eval.chunk_size = 20
+    config.variants = darkroom_variants(max_actions=max_eval_actions)
+    add_report_fields(config, label=label)
+    return config

@@ -10,11 +10,9 @@ Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `q
 `:quick` fits a 2-core CPU.
 """
 
-from experiments.headless_ad.common import (DARKROOM_REPLAY, ablation_presets,
+from experiments.headless_ad.common import (DARKROOM_REPLAY, ablation_presets, darkroom_config,
                                             darkroom_quick_preset)
-from icrl_jax.config import apply_preset, base_config
-from icrl_jax.config import add_headless_fields
-from experiments.headless_ad.common import add_report_fields, darkroom_variants
+from icrl_jax.config import add_headless_fields, apply_preset
 
 QUICK = darkroom_quick_preset(**{
     "model.action_embed_dim": 128,  # >= 125 actions for orthonormal embeddings
@@ -35,42 +33,13 @@ PRESETS["quick_replay"] = dict(QUICK, **DARKROOM_REPLAY)
 
 
 def get_config(preset: str = ""):
-    config = base_config()
-    config.experiment = "headless_ad_darkroom"
-    config.method = "headless_ad"
-    config.env.name = "darkroom_composite"
     # Histories see the 50 train actions only; evaluation widens the env to all 125.
-    config.env.kwargs.max_actions = 50
-    config.env.kwargs.actions = "train"
-    config.env.kwargs.action_split_seed = 0
-    config.data.source = "q_learning"
-    config.data.source_kwargs.lr = 0.9933
-    config.data.source_kwargs.discount = 0.6238
-    config.data.num_train_tasks = 60
-    config.data.num_test_tasks = 20
-    config.data.histories_per_task = 10
-    config.data.num_steps = 4000  # 200 episodes of 20 steps
+    config = darkroom_config("headless_ad_darkroom", "headless_ad", max_eval_actions=125,
+                             label="")
     # Table 3, darkroom column.
-    config.model.d_model = 512
-    config.model.num_layers = 4
-    config.model.num_heads = 64
-    config.model.position = "rotary"
-    config.model.attention_dropout = 0.7
-    config.model.residual_dropout = 0.19
+    config.model.update(dict(num_layers=4, num_heads=64, attention_dropout=0.7,
+                             residual_dropout=0.19))
     add_headless_fields(config, action_embed_dim=512, tau=7.8)
-    config.train.num_steps = 20_000
-    config.train.batch_size = 128
-    config.train.seq_len = 100
-    config.train.learning_rate = 1.7e-4
-    config.train.weight_decay = 1.7e-2
-    config.train.b1 = 0.72
-    config.train.warmup_steps = 1000
-    config.train.steps_per_call = 100
-    config.train.log_every = 100
-    config.train.checkpoint_every = 1000
-    config.eval.num_steps = 20_000  # 1000 in-context episodes
+    config.train.update(dict(learning_rate=1.7e-4, weight_decay=1.7e-2, b1=0.72))
     config.eval.greedy = False
-    config.eval.chunk_size = 20
-    config.variants = darkroom_variants(max_actions=125)
-    add_report_fields(config, label="")
     return apply_preset(config, PRESETS, preset)

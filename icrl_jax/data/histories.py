@@ -18,9 +18,6 @@ from envs.core import BANDIT, ICRLEnv
 from icrl_jax.data.history import History
 from icrl_jax.data.sources import ParamSource, Source, Transition
 
-#: Per-step info recorded for bandits (`env.kind == BANDIT`) when `with_info=True`.
-BANDIT_INFO = ("expected_reward", "optimal_expected_reward")
-
 
 def _env_step(env, key, state, action, params):
     """gymnax step that also returns the true post-step obs/state (before the auto-reset).

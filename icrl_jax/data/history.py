@@ -8,11 +8,11 @@ acting, the action taken, the reward received, and whether the episode ended wit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
 
-import chex
 import flax.struct
 import jax
 import numpy as np
@@ -119,10 +119,4 @@ def load_history(path: str) -> tuple[History, dict[str, Any]]:
 
 
 def _fields():
-    import dataclasses
     return dataclasses.fields(History)
-
-
-def assert_history_shapes(history: History) -> None:
-    """chex-style assertion usable inside tests and at module boundaries."""
-    chex.assert_equal_shape([history.actions, history.rewards, history.dones])
