@@ -144,8 +144,9 @@ class Checkpointer:
         Raises RuntimeError if orbax declines: it silently skips any step not newer than its
         newest, which would otherwise lose the rest of a run without a word."""
         step = int(np.max(np.asarray(state.step)))
-        with open(self.signature_path, "w") as f:
-            json.dump(self._full_signature(state), f, indent=1, sort_keys=True)
+        if jax.process_index() == 0:  # orbax itself coordinates the processes' array writes
+            with open(self.signature_path, "w") as f:
+                json.dump(self._full_signature(state), f, indent=1, sort_keys=True)
         if not self.manager.save(step, args=ocp.args.StandardSave(state)):
             raise RuntimeError(f"orbax did not save checkpoint {self.directory}/{step}: steps up "
                                f"to {self.latest_step()} are already there")

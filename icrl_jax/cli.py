@@ -81,6 +81,9 @@ def _run(argv: list[str]) -> None:
     if _RUNS.value or _OUT.value or _LABELS.value:
         raise UserError("--runs, --out and --labels aggregate finished runs and take no --config; "
                         "with --config the outputs go to the config's workdir")
+    from icrl_jax import distributed
+    # A multi-process run joins before anything touches a device (gymnax computes on import).
+    distributed.initialize(_CONFIG.value.get("dist"))
     from icrl_jax import run as R
     config = R.resolve_config(_CONFIG.value)
     R.run(config, command)

@@ -61,6 +61,9 @@ def default_train_config() -> ml_collections.ConfigDict:
         log_every=50,
         checkpoint_every=500,
         keep_checkpoints=2,
+        # bf16 compute with float32 parameters, optimiser state, logits and loss: "bf16";
+        # "auto" = bf16 on GPUs (Ampere on) and TPUs, float32 on the CPU; "fp32".
+        precision="auto",
     ))
 
 
@@ -111,6 +114,15 @@ def base_config() -> ml_collections.ConfigDict:
         generate=True,  # `train` also generates the dataset when it is missing
         evaluate=True,  # `train` evaluates when training ends
         progress=True,
+    ))
+    # More than one process (icrl_jax/distributed.py); unset = the JAX_COORDINATOR_ADDRESS /
+    # JAX_NUM_PROCESSES / JAX_PROCESS_ID environment variables, else one process.
+    config.dist = ml_collections.ConfigDict(dict(
+        coordinator="",  # HOST:PORT of process 0
+        num_processes=0,
+        process_id=-1,
+        cluster=False,  # let JAX detect SLURM / Open MPI / Kubernetes / Cloud TPU instead
+        timeout_s=300,  # how long to wait for the coordinator and the other processes
     ))
     # Logging options read by the trainer (metrics.jsonl and TensorBoard are always written).
     config.log = ml_collections.ConfigDict(dict(

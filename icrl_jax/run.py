@@ -31,6 +31,7 @@ from icrl_jax.config import check_workdir, finalize
 from icrl_jax.data import sources as S
 from icrl_jax.data.builders import dataset_path, dataset_returns, generate, open_dataset, task_split
 from icrl_jax.data.rollout import run_policies
+from icrl_jax.distributed import is_main_process
 from icrl_jax.errors import UserError
 from icrl_jax.logging_utils import MetricsLogger
 from icrl_jax.methods import build_method, method_class
@@ -46,9 +47,21 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     config = finalize(config)
     check_workdir(config)
     os.makedirs(config.workdir, exist_ok=True)
-    with open(os.path.join(config.workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=1, sort_keys=True))
+    if is_main_process():
+        with open(os.path.join(config.workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=1, sort_keys=True))
     return config
+
+
+def dataset_of(config, env):
+    """The run's dataset, made first if missing. With several processes, process 0 makes it
+    while the others wait, then all read the same file (the data is deterministic)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        if is_main_process():
+            generate(config, env)
+        multihost_utils.sync_global_devices("icrl_jax: dataset ready")
+    return open_dataset(config, env)
 
 
 def build_env(config, **overrides):
@@ -62,7 +75,7 @@ def train(config):
 
     env = build_env(config)
     method = build_method(config, env)
-    data = method.training_data(open_dataset(config, env), config, env)
+    data = method.training_data(dataset_of(config, env), config, env)
     state = T.train(method, data, config.train, config.workdir,
                     method.signature(config, env), seed=config.seed,
                     show_progress=config.run.progress, log=config.get("log"))
@@ -137,7 +150,7 @@ def evaluate(config, params=None) -> dict[str, Any]:
     `eval.json`, `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
     env = build_env(config)
     method = build_method(config, env)
-    dataset = open_dataset(config, env)
+    dataset = dataset_of(config, env)
     if params is None:
         params = load_params(config, env, method, method.training_data(dataset, config, env))
     tasks = eval_tasks(env, config)
@@ -152,10 +165,12 @@ def evaluate(config, params=None) -> dict[str, Any]:
                                              next(iter(rollouts))]["rewards"])),
                    num_steps=int(config.eval.num_steps), tasks=config.eval.tasks,
                    eval_seconds=time.perf_counter() - start)
+    results["curves"] = {n: M.mean_curve(c) for n, c in curves.items()}
+    if not is_main_process():  # every process rolls out on its own devices; one writes
+        return results
     results.update(method.write_analysis(params, {n: r.get("policy_state")
                                                   for n, r in rollouts.items()}, config, env))
     bandit = env.kind == envs.BANDIT
-    results["curves"] = {n: M.mean_curve(c) for n, c in curves.items()}
     results["plot"] = plot_curves(
         curves,
         os.path.join(config.workdir, "in_context_curves.png"),
@@ -241,6 +256,8 @@ def evaluate_variants(config, params=None) -> dict[str, Any]:
     summary = dict(experiment=config.experiment, method=config.method, env=config.env.name,
                    label=method.label(config), seed=config.seed, checkpoint_step=checkpoint_step,
                    variants=results)
+    if not is_main_process():
+        return summary
     with open(os.path.join(config.workdir, "variants.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary

@@ -7,7 +7,14 @@ same step builder without the vmap. Both go through `_fit`, which owns resume, c
 (orbax), logging (JSONL, TensorBoard, optionally Weights & Biases), progress and the NaN check.
 
 Every step's randomness is `fold_in(seed_key, step)`, so the result of a run does not depend on
-how many steps run per jitted call, on the number of devices, or on where it was interrupted.
+how many steps run per jitted call, on the number of devices or processes, or on where it was
+interrupted.
+
+Devices: batches are sharded over a 1-d mesh of all devices of all processes (`data_mesh`;
+multi-process runs: `icrl_jax.distributed`); replicas are sharded over it too when their count
+divides over the devices. Precision: `train.precision` "bf16" computes in bfloat16 with float32
+parameters, optimiser state, logits and loss; "auto" picks it on accelerators with fast bf16
+(GPUs from Ampere on, TPUs) and float32 on the CPU.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from icrl_jax.checkpoints import Checkpointer, CheckpointMismatchError  # noqa: F401 (re-export)
 from icrl_jax.config import default_train_config  # noqa: F401 (re-export)
 from icrl_jax.data.train_data import TrainData
+from icrl_jax.distributed import is_main_process
 from icrl_jax.errors import UserError
 from icrl_jax.logging_utils import MetricsLogger, progress
 from icrl_jax.search_space import VMAPPED
@@ -69,15 +77,43 @@ def make_optimizer(config, hyper: dict[str, jax.Array] | None = None
 
 
 def data_mesh() -> Mesh:
-    """A 1-d mesh over all local devices; batches are split along its `data` axis."""
+    """A 1-d mesh over all devices of all processes; batches are split along its `data` axis."""
     return Mesh(np.array(jax.devices()), ("data",))
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def compute_dtype(precision: str = "auto") -> jnp.dtype:
+    """The dtype the model computes in for `train.precision` (see the module docstring)."""
+    if precision not in PRECISIONS:
+        raise UserError(f"unknown train.precision {precision!r} (one of {', '.join(PRECISIONS)})")
+    if precision == "auto":
+        device = jax.devices()[0]
+        fast_bf16 = device.platform == "tpu" or (
+            device.platform == "gpu" and float(getattr(device, "compute_capability", 0)) >= 8.0)
+        precision = "bf16" if fast_bf16 else "fp32"
+    return jnp.bfloat16 if precision == "bf16" else jnp.float32
+
+
+def _cast_floats(tree, dtype):
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating)
+                        else x, tree)
+
+
 def gradient_step(method, optimizer: optax.GradientTransformation, state: TrainState, batch,
-                  dropout_key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One optimiser step of `method.loss` on `batch`."""
-    (_, metrics), grads = jax.value_and_grad(method.loss, has_aux=True)(
-        state.params, batch, dropout_key)
+                  dropout_key: jax.Array, dtype=jnp.float32
+                  ) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimiser step of `method.loss` on `batch`, computed in `dtype` (bf16: the float32
+    parameters and the batch's floats are cast on the way in, so the gradients and the update
+    stay float32; losses take their logits in float32)."""
+    def loss(params):
+        if dtype != jnp.float32:
+            return method.loss(_cast_floats(params, dtype), _cast_floats(batch, dtype),
+                               dropout_key)
+        return method.loss(params, batch, dropout_key)
+
+    (_, metrics), grads = jax.value_and_grad(loss, has_aux=True)(state.params)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
@@ -85,7 +121,7 @@ def gradient_step(method, optimizer: optax.GradientTransformation, state: TrainS
 
 
 def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
-                     replicas: bool = False) -> Callable:
+                     replicas: bool = False, num_replicas: int = 0) -> Callable:
     """Build `train_steps(state, data, seed_key, hyper) -> (state, metrics)`, jitted.
 
     `build(hyper) -> (method, optimizer)`. One call runs `config.steps_per_call` optimiser
@@ -101,13 +137,15 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
       than in straight-line code (quick ViZDoom M-SAT: 0.25 s per step straight-line, 5.7 s in
       a scan). Compile time grows with `steps_per_call`; keep it small.
     * `replicas`: `vmap` over the leading K axis of `state`, `seed_key` and `hyper` (the data
-      is shared).
+      is shared); the replicas are sharded over the mesh (`state_sharding`).
     """
     batch_size, window, steps = config.batch_size, config.seq_len, config.steps_per_call
     num_devices = mesh.devices.size
-    if batch_size % num_devices:
-        raise ValueError(f"batch_size={batch_size} is not divisible by the {num_devices} devices")
+    if batch_size % num_devices and not replicas:
+        raise UserError(f"train.batch_size={batch_size} does not divide over the {num_devices} "
+                        f"devices; use a multiple of {num_devices}")
     sharding = None if replicas else NamedSharding(mesh, P("data"))
+    dtype = compute_dtype(config.get("precision", "auto"))
 
     def constrain(batch):
         return batch if sharding is None else jax.lax.with_sharding_constraint(batch, sharding)
@@ -120,22 +158,32 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
                 batch = constrain(jax.tree.map(
                     lambda x: x[i * batch_size:(i + 1) * batch_size], arrays))
                 _, dropout_key = jax.random.split(jax.random.fold_in(seed_key, state.step))
-                state, step_metrics = gradient_step(method, optimizer, state, batch, dropout_key)
+                state, step_metrics = gradient_step(method, optimizer, state, batch, dropout_key,
+                                                    dtype)
                 metrics.append(step_metrics)
             return state, jax.tree.map(lambda *m: jnp.stack(m), *metrics)
 
         def one_step(state, _):
             sample_key, dropout_key = jax.random.split(jax.random.fold_in(seed_key, state.step))
             batch = constrain(data.sample_fn(arrays, sample_key, batch_size, window))
-            return gradient_step(method, optimizer, state, batch, dropout_key)
+            return gradient_step(method, optimizer, state, batch, dropout_key, dtype)
 
         return jax.lax.scan(one_step, state, None, length=steps,
                             unroll=config.get("scan_unroll", 1))
 
     if replicas:
         train_steps = jax.vmap(train_steps, in_axes=(0, None, 0, 0))
-    replicated = NamedSharding(mesh, P())
-    return jax.jit(train_steps, out_shardings=(replicated, replicated), donate_argnums=0)
+    out = state_sharding(mesh, replicas, num_replicas)
+    return jax.jit(train_steps, out_shardings=(out, out), donate_argnums=0)
+
+
+def state_sharding(mesh: Mesh, replicas: bool = False, num_replicas: int = 0) -> NamedSharding:
+    """Where a training state lives: replicated on every device; K replicas split over the
+    devices when K divides over them (each device trains its own replicas, no communication),
+    else replicated."""
+    if replicas and num_replicas and num_replicas % mesh.devices.size == 0:
+        return NamedSharding(mesh, P("data"))
+    return NamedSharding(mesh, P())
 
 
 def init_state(build: Callable, data: TrainData, key: jax.Array, hyper=None) -> TrainState:
@@ -184,30 +232,41 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     check_step_config(config)
     mesh = data_mesh()
     replicated = NamedSharding(mesh, P())
+    num_replicas = len(seed_keys) if replicas else 0
+    placed = state_sharding(mesh, replicas, num_replicas)
+    if data.loader_fn is not None and jax.process_count() > 1:
+        raise UserError("multi-process training streams from a loader (the pixel store) are not "
+                        "supported yet: run it in one process (all local devices are used)")
     init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys) if replicas \
         else jax.random.fold_in(seed_keys, 2**31 - 1)
     if cache_key is None or cache_key not in _COMPILED:
         init = jax.vmap(lambda k, h: init_state(build, data, k, h)) if replicas else \
             (lambda k, h: init_state(build, data, k, h))
-        compiled = (jax.jit(init), make_train_steps(build, data, config, mesh, replicas))
+        compiled = (jax.jit(init, out_shardings=placed),
+                    make_train_steps(build, data, config, mesh, replicas, num_replicas))
         if cache_key is not None:
             _COMPILED[cache_key] = compiled
     init, train_steps = compiled if cache_key is None else _COMPILED[cache_key]
-    state = jax.device_put(init(init_keys, hyper), replicated)
+    state = init(init_keys, hyper)
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), signature,
                                 config.keep_checkpoints)
     restored, good_step, _ = checkpointer.restore_latest_intact(state)
     if restored is not None:
-        state = jax.device_put(restored, replicated)
-    arrays = None if data.arrays is None else jax.device_put(data.arrays, replicated)
+        state = jax.device_put(restored, placed)
+    arrays = data.arrays
+    if arrays is not None and jax.process_count() > 1:  # the same values in every process
+        arrays = jax.device_get(arrays)
+    arrays = None if arrays is None else jax.device_put(arrays, replicated)
     step = int(np.max(state.step))
     loader = data.loader_fn(step) if data.loader_fn is not None else None
     log = log or {}
     wandb = dict(wandb=True, wandb_project=log.get("wandb_project", "icrl-jax"),
                  wandb_mode=log.get("wandb_mode", "offline"), run_config=signature
                  ) if log.get("wandb", False) else {}
-    logger = MetricsLogger(workdir, "train", **wandb)
-    bar = progress(total=config.num_steps, initial=step, desc="train", disable=not show_progress)
+    main = is_main_process()  # the other processes compute the same state and write nothing
+    logger = MetricsLogger(workdir, "train", **wandb) if main else None
+    bar = progress(total=config.num_steps, initial=step, desc="train",
+                   disable=not (show_progress and main))
     end = config.num_steps if stop_at is None else min(stop_at, config.num_steps)
     last = None
     try:
@@ -219,7 +278,7 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
             step = int(np.max(state.step))
             last = {k: np.asarray(v).mean(-1) for k, v in metrics.items()}
             bar.update(config.steps_per_call)
-            if step % config.log_every == 0:
+            if step % config.log_every == 0 and logger is not None:
                 means = {k: float(np.mean(v)) for k, v in metrics.items()}
                 logger.write(step, means)
                 bar.set_postfix(loss=f"{means['loss']:.3f}", acc=f"{means['accuracy']:.2f}")
@@ -228,11 +287,23 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
                 good_step = step
     finally:
         bar.close()
-        logger.close()
+        if logger is not None:
+            logger.close()
         checkpointer.close()
         if loader is not None:
             loader.close()
-    return jax.device_get(state), last
+    return _fetch(state), last
+
+
+def _fetch(tree):
+    """Host copies of a state's arrays: addressable ones directly; a multi-process array
+    sharded over replicas is gathered from all processes first."""
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+            from jax.experimental import multihost_utils
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(x)
+    return jax.tree.map(one, tree)
 
 
 def train(method, data: TrainData, config: ml_collections.ConfigDict, workdir: str,

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from envs.core import BANDIT, ICRLEnv
 from icrl_jax.data.history import History
@@ -105,8 +106,9 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
       num_steps: T, steps per history (across episodes).
       key: PRNG key; history n uses `split(key, N)[n]`, so chunking does not change results.
       task_ids: int `(N,)` recorded in the History (default `arange(N)`).
-      chunk_size: tasks per jitted call (memory/cache bound; default: N / local devices); the
-        last chunk is padded, so one trace. Chunks run round-robin on the local devices.
+      chunk_size: tasks per jitted call (memory/cache bound; default: all N); rounded up to a
+        multiple of the local devices, over which each call is sharded; the last chunk is
+        padded, so one trace.
       with_info: also return per-step info `(N, T)` arrays; for bandits `expected_reward` of
         the chosen arm and `optimal_expected_reward` (regret = their difference, summed).
       with_state: also return each env's final policy state as `info["policy_state"]`.
@@ -126,31 +128,28 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
     keys = jax.random.split(key, n)
-    # Chunks go round-robin to the local devices; dispatch is asynchronous, so on a CPU host run
-    # with XLA_FLAGS=--xla_force_host_platform_device_count=<cores> every core gets a chunk
-    # (one XLA:CPU program mostly runs on one core).
+    # Each chunk is one program over a mesh of the local devices, its envs sharded along the
+    # mesh (padded to a multiple of the device count); on a CPU host run with
+    # XLA_FLAGS=--xla_force_host_platform_device_count=<cores> every core gets a shard.
     devices = jax.local_devices()
-    if chunk_size is None:
-        chunk = -(-n // len(devices))
-    else:
-        chunk = max(1, min(int(chunk_size), n))
+    mesh = Mesh(np.array(devices), ("envs",))
+    chunk = n if chunk_size is None else max(1, min(int(chunk_size), n))
+    chunk = -(-chunk // len(devices)) * len(devices)
+    env_sharding, replicated = NamedSharding(mesh, P("envs")), NamedSharding(mesh, P())
     ctx = jax.threefry_partitionable(False) if fast_rng else contextlib.nullcontext()
     parts = []
     with ctx:
-        for i, start in enumerate(range(0, n, chunk)):
+        for start in range(0, n, chunk):
             idx = np.arange(start, start + chunk).clip(max=n - 1)  # pad the last chunk
-            sub = jax.tree.map(lambda x: x[idx], (keys, params))
-            if len(devices) > 1:
-                sub = jax.device_put(sub, devices[i % len(devices)])
+            sub = jax.device_put(jax.tree.map(lambda x: x[idx], (keys, params)), env_sharding)
             if isinstance(source, ParamSource):  # its arrays are traced arguments, not constants
                 out = _generate(env, source.build, int(num_steps), bool(with_info),
-                                bool(with_state), *sub, source_params=source.params)
+                                bool(with_state), *sub,
+                                source_params=jax.device_put(source.params, replicated))
             else:
                 out = _generate(env, source, int(num_steps), bool(with_info), bool(with_state),
                                 *sub)
-            parts.append((min(chunk, n - start), out))
-    parts = [jax.tree.map(lambda x: jax.device_put(x[:size], devices[0]), out)
-             for size, out in parts]
+            parts.append(jax.tree.map(lambda x: x[:min(chunk, n - start)], out))
     out = parts[0] if len(parts) == 1 else jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
     history = History(observations=out.pop("observations"), actions=out.pop("actions"),
                       rewards=out.pop("rewards").astype(jnp.float32), dones=out.pop("dones"),

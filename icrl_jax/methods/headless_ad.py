@@ -284,8 +284,9 @@ class HeadlessAD(InContextMethod):
                                 ngram_ids=self.window_ngram_ids(window))
 
     def similarity_logits(self, predicted: jax.Array, action_embeddings: jax.Array) -> jax.Array:
-        """`(B, L, E) x (A, E)` -> dot-product similarities over tau, `(B, L, A)` (unmasked)."""
-        return jnp.einsum("ble,ae->bla", predicted, action_embeddings) / self.tau
+        """`(B, L, E) x (A, E)` -> dot-product similarities over tau, float32 `(B, L, A)`
+        (unmasked)."""
+        return jnp.einsum("ble,ae->bla", predicted, action_embeddings).astype(jnp.float32) / self.tau
 
     def loss(self, params, batch: StepWindows, key: jax.Array, deterministic: bool = False):
         """InfoNCE over the available actions (or MSE to the target embedding); (loss, metrics).

@@ -7,6 +7,29 @@ import jax
 import jax.numpy as jnp
 
 
+def attention_implementation(query: jax.Array) -> str:
+    """"cudnn" (fused flash attention) on a GPU for the bf16/fp16 head sizes cuDNN supports,
+    else "xla"."""
+    head_dim = query.shape[-1]
+    if (jax.default_backend() == "gpu" and query.dtype in (jnp.bfloat16, jnp.float16)
+            and head_dim % 8 == 0 and head_dim <= 128):
+        return "cudnn"
+    return "xla"
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """softmax(q k^T / sqrt(Dh)) v over the keys `mask` allows: q `(B, T, H, Dh)`, k and v
+    `(B, S, H, Dh)`, bool mask `(B, 1, T, S)` -> `(B, T, H, Dh)`, through cuDNN where
+    `attention_implementation` picks it; a configuration cuDNN rejects falls back to XLA."""
+    implementation = attention_implementation(q)
+    if implementation == "cudnn":
+        try:
+            return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="cudnn")
+        except (NotImplementedError, ValueError, TypeError):
+            pass
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
+
+
 def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
     """Rotate pairs of features of `x` by position-dependent angles (RoPE).
 
@@ -30,7 +53,7 @@ def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0) 
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention.
 
-    Uses `jax.nn.dot_product_attention` (cuDNN flash attention on GPUs where available, XLA
+    Uses `dot_product_attention` (cuDNN flash attention on GPUs where available, XLA
     elsewhere). When attention dropout is active or the attention weights are requested, it
     computes the softmax explicitly, since the fused kernel exposes neither.
     """
@@ -85,7 +108,7 @@ class MultiHeadAttention(nn.Module):
             dropped = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
             out = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
         else:
-            out = jax.nn.dot_product_attention(q, k, v, mask=jnp.broadcast_to(
+            out = dot_product_attention(q, k, v, jnp.broadcast_to(
                 mask, (x.shape[0],) + mask.shape[1:]))
         out = nn.DenseGeneral(d_model, axis=(-2, -1), name="out")(out)
         outputs = (out, weights) if return_weights else (out,)

@@ -23,8 +23,9 @@ def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array, action_mask: j
       targets: int `(...)`.
       action_mask: bool `(..., A)` (broadcastable).
     Returns:
-      `(...)` per-position loss.
+      `(...)` per-position loss, float32 (also for bfloat16 logits: mixed precision).
     """
+    logits = logits.astype(jnp.float32)
     action_mask = jnp.broadcast_to(action_mask, logits.shape)
     log_probs = jax.nn.log_softmax(mask_logits(logits, action_mask), axis=-1)
     one_hot = jax.nn.one_hot(targets, logits.shape[-1], dtype=log_probs.dtype)

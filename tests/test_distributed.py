@@ -1,0 +1,244 @@
+"""More than one device or process: two processes on localhost train like one, sharded
+evaluation and sweeps equal one device, bf16 trains close to fp32, attention falls back to XLA,
+and bad layouts or coordinators get clear errors.
+
+Multi-device cases run in subprocesses with `--xla_force_host_platform_device_count` (the device
+count is fixed when JAX starts); each subprocess has its own timeout, so a hang fails the test
+instead of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from icrl_jax import distributed
+from icrl_jax.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: A tiny AD run on Bernoulli bandits (`experiments/ad/bernoulli_bandit.py:quick`, shrunk).
+TINY = ["--config", "experiments/ad/bernoulli_bandit.py:quick",
+        "--config.data.num_train_tasks=64", "--config.data.num_test_tasks=8",
+        "--config.data.num_steps=40", "--config.model.d_model=16", "--config.model.num_heads=2",
+        "--config.model.num_layers=1", "--config.train.num_steps=20",
+        "--config.train.steps_per_call=10", "--config.train.log_every=10",
+        "--config.train.checkpoint_every=20", "--config.train.batch_size=8",
+        "--config.train.seq_len=20", "--config.run.evaluate=False", "--config.run.progress=False"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(devices: int = 1) -> dict[str, str]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        env.pop(var, None)
+    return env
+
+
+def _cli(args, devices: int = 1):
+    return subprocess.Popen([sys.executable, "-m", "icrl_jax.cli", "train", *args], cwd=ROOT,
+                            env=_env(devices), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _params(workdir: str) -> dict[str, np.ndarray]:
+    """The newest checkpoint's parameters, restored the way `icrl-jax evaluate` does, in this
+    one-device process (so a multi-process checkpoint must restore into another layout)."""
+    from experiments.ad.bernoulli_bandit import get_config
+    from icrl_jax import run as R
+    from icrl_jax.config import set_dotted
+    from icrl_jax.methods import build_method
+
+    config = get_config("quick")
+    for arg in TINY[2:]:
+        dotted, value = arg[len("--config."):].split("=")
+        set_dotted(config, dotted, type(eval_default(config, dotted))(value)
+                   if value not in ("False", "True") else value == "True")
+    config.workdir = workdir
+    config = R.resolve_config(config)
+    env = R.build_env(config)
+    params = R.load_params(config, env, build_method(config, env))
+    return {jax.tree_util.keystr(p): np.asarray(x)
+            for p, x in jax.tree_util.tree_leaves_with_path(params)}
+
+
+def eval_default(config, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _finish(proc, timeout: int = 600) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"process timed out:\n{out[-3000:]}")
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def test_two_processes_train_like_one(tmp_path):
+    """Data-parallel over two processes (gloo collectives) = one process over the same global
+    batch (the batch is sampled from the same key; only the reduction order differs)."""
+    port = _free_port()
+    dist = [f"--config.dist.coordinator=127.0.0.1:{port}", "--config.dist.num_processes=2",
+            "--config.dist.timeout_s=120"]
+    two = str(tmp_path / "two")
+    procs = [_cli([*TINY, f"--config.workdir={two}", *dist, f"--config.dist.process_id={i}"])
+             for i in range(2)]
+    one = _cli([*TINY, f"--config.workdir={tmp_path / 'one'}"])
+    outputs = [_finish(p) for p in (*procs, one)]
+    del outputs
+    a, b = _params(two), _params(str(tmp_path / "one"))
+    assert a.keys() == b.keys()
+    # Float tolerance: the gradient all-reduce sums in another order, and Adam's normalised
+    # update turns a last-bit difference of a near-zero gradient into a visible one (seen here:
+    # at most 2e-4 of parameters ~1e-2 after 20 steps). A different batch would move every
+    # parameter by ~lr per step.
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-3, err_msg=k)
+    flat = lambda p: np.concatenate([p[k].ravel() for k in sorted(p)])  # noqa: E731
+    assert np.linalg.norm(flat(a) - flat(b)) <= 1e-3 * np.linalg.norm(flat(b))
+    # Process 0 alone wrote the metrics: one line per logged step, not two.
+    with open(os.path.join(two, "metrics.jsonl")) as f:
+        steps = [json.loads(line)["step"] for line in f]
+    assert steps == [10, 20]
+
+
+SHARDED = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    import envs
+    from icrl_jax.data.rollout import run_policies
+    from icrl_jax.data.sources import build_source
+    from icrl_jax.data.train_data import on_device
+    from icrl_jax import train as T
+    from test_training import copy_task_data, tiny_method, tiny_train_config
+
+    from icrl_jax.methods.ad import AD
+    from icrl_jax.methods.in_context import in_context_source
+    from icrl_jax.models.transformer import default_transformer_config
+
+    out = {"devices": len(jax.devices())}
+    # Evaluation: 24 bandits x 30 steps, batch sharded over the devices: Thompson sampling, and
+    # an (untrained) AD model decoding from its key/value cache.
+    env = envs.make("bernoulli_bandit", arms=4)
+    model = default_transformer_config()
+    model.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=32, label_smoothing=0.0))
+    ad = AD(model, 4, 1)
+    example = copy_task_data().example
+    params = ad.init(jax.random.PRNGKey(0), jax.tree.map(jnp.asarray, example))
+    policies = {"ts": build_source("thompson_sampling", env, 30, {}),
+                "ad": in_context_source(ad, params, env, 32, False, max_steps=30)}
+    rollouts = run_policies(env, policies, env.task_params(np.arange(24)), 30,
+                            jax.random.PRNGKey(3))
+    out["eval_actions"] = {k: r["actions"].tolist() for k, r in rollouts.items()}
+    # Sweep: 8 replicas (learning rates), sharded over the devices when they divide.
+    from icrl_jax.config import base_config
+    config = base_config()
+    config.model.update(dict(d_model=32, num_layers=1, num_heads=2, max_len=32))
+    config.train = tiny_train_config()
+    hyper = T.replica_hyperparameters(config, [{"train.learning_rate": float(lr)}
+                                               for lr in np.linspace(1e-3, 3e-3, 8)])
+    state, _ = T.train_replicas(lambda m: AD(m, 4, 16), config, copy_task_data(), sys.argv[1],
+                                {"t": 1}, list(range(8)), hyper)
+    out["sweep_params"] = [np.asarray(x).tolist() for x in jax.tree.leaves(state.params)]
+    print("RESULT" + json.dumps(out))
+""")
+
+
+def _sharded_run(tmp_path, devices: int) -> dict:
+    proc = subprocess.run([sys.executable, "-c", SHARDED, str(tmp_path / f"sweep{devices}")],
+                          cwd=ROOT, env=_env(devices), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+def test_eight_devices_evaluate_and_sweep_like_one(tmp_path):
+    one, eight = _sharded_run(tmp_path, 1), _sharded_run(tmp_path, 8)
+    assert (one["devices"], eight["devices"]) == (1, 8)
+    for name in ("ts", "ad"):
+        np.testing.assert_array_equal(one["eval_actions"][name], eight["eval_actions"][name])
+    # Replica k computes the same math on one device or spread over eight; XLA may vectorise
+    # it differently, and 40 Adam steps amplify last-bit differences of near-zero gradients.
+    a, b = (np.concatenate([np.ravel(x) for x in run["sweep_params"]]) for run in (one, eight))
+    assert np.linalg.norm(a - b) <= 1e-3 * np.linalg.norm(b), np.linalg.norm(a - b)
+    np.testing.assert_allclose(a, b, rtol=0, atol=5e-3)
+
+
+def test_bf16_trains_close_to_fp32(tmp_path):
+    """bf16 compute (fp32 parameters, optimiser state and loss) reaches the fp32 loss of a tiny
+    AD run within 5%, and its parameters stay float32."""
+    from test_training import copy_task_data, tiny_method, tiny_train_config
+    from icrl_jax import train as T
+
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        config = tiny_train_config(precision=precision)
+        state = T.train(tiny_method(), copy_task_data(), config, str(tmp_path / precision), {"t": 1},
+                        show_progress=False)
+        assert {x.dtype for x in jax.tree.leaves(state.params)} == {np.dtype("float32")}
+        with open(tmp_path / precision / "metrics.jsonl") as f:
+            losses[precision] = [json.loads(l)["loss"] for l in f][-1]
+    assert abs(losses["bf16"] - losses["fp32"]) <= 0.05 * losses["fp32"], losses
+    assert T.compute_dtype("auto") == jnp.float32  # the CPU has no fast bf16
+    with pytest.raises(UserError, match="train.precision"):
+        T.compute_dtype("fp8")
+
+
+def test_attention_falls_back_to_xla_on_the_cpu():
+    from icrl_jax.models.attention import attention_implementation, dot_product_attention
+    q, k, v = jax.random.normal(jax.random.PRNGKey(0), (3, 2, 5, 4, 8))
+    mask = jnp.tril(jnp.ones((5, 5), bool))[None, None]
+    assert attention_implementation(q) == "xla"
+    assert attention_implementation(q.astype(jnp.bfloat16)) == "xla"  # no GPU here
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(8.0)
+    weights = jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), -1)
+    expected = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+    np.testing.assert_allclose(dot_product_attention(q, k, v, jnp.broadcast_to(
+        mask, (2, 1, 5, 5))), expected, atol=1e-5)
+
+
+def test_unreachable_coordinator_is_named():
+    import ml_collections
+    port = _free_port()  # nothing listens there
+    dist = ml_collections.ConfigDict(dict(coordinator=f"127.0.0.1:{port}", num_processes=2,
+                                          process_id=1, cluster=False, timeout_s=2))
+    with pytest.raises(distributed.CoordinatorUnreachableError, match=f"127.0.0.1:{port}"):
+        distributed.initialize(dist)
+    dist.process_id = 2
+    with pytest.raises(UserError, match="process_id"):
+        distributed.initialize(dist)
+
+
+def test_batch_that_does_not_divide_over_the_devices_is_named():
+    import types
+    from test_training import copy_task_data, tiny_method, tiny_train_config
+    from icrl_jax import train as T
+
+    config = tiny_train_config()
+    mesh = types.SimpleNamespace(devices=np.empty(3))  # as a 3-device mesh: batch 8 won't split
+    with pytest.raises(UserError, match="batch_size=8 does not divide over the 3 devices"):
+        T.make_train_steps(lambda _: (tiny_method(), T.make_optimizer(config)), copy_task_data(),
+                           config, mesh)
