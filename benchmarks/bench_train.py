@@ -6,7 +6,10 @@ MFU divides achieved model FLOP/s by the device's dense peak for the dtype we tr
 matmuls run as TF32 on NVIDIA GPUs by JAX's default precision), so it is only reported where the
 peak is known.
 
-    python benchmarks/bench_train.py [--quick] [--write]
+    python benchmarks/bench_train.py [--quick] [--write] [--device cpu|gpu|tpu] [--precision fp32|bf16]
+
+With `--precision bf16` the model computes in bfloat16 (float32 parameters, as `train.precision`)
+and MFU is against the bf16 dense peak.
 """
 
 from __future__ import annotations
@@ -18,10 +21,18 @@ import resource
 import sys
 import time
 
-import jax
-import numpy as np
+def _device_from_argv() -> None:
+    # The platform must be chosen before JAX starts.
+    if "--device" in sys.argv:
+        os.environ["JAX_PLATFORMS"] = sys.argv[sys.argv.index("--device") + 1]
 
-from results import write_section  # benchmarks/results.py (this script's directory)
+
+_device_from_argv()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from results import write_section  # noqa: E402  # benchmarks/results.py (this script's directory)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,8 +45,11 @@ from icrl_jax.data.train_data import on_device  # noqa: E402
 from icrl_jax.train import (data_mesh, default_train_config, init_state, make_optimizer,  # noqa: E402
                             make_train_steps)
 
-# Dense TF32 tensor-core peak (FLOP/s), from the vendors' datasheets (without sparsity).
+# Dense tensor-core peaks (FLOP/s), from the vendors' datasheets (without sparsity): TF32 (what
+# float32 matmuls run as under JAX's default precision) and bf16.
 PEAK_TF32 = {"H100": 494e12, "H200": 494e12, "A100": 156e12}
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12,
+             "TPU v5 lite": 197e12, "TPU v5p": 459e12}
 
 SIZES = {  # name: (layers, d_model, heads, batch, context)
     "small (quick presets)": (2, 64, 4, 64, 100),
@@ -52,13 +66,14 @@ def synthetic_data(num_actions=5, num_obs=81, n=256, t=1000):
                                    np.arange(n, dtype=np.int32), np.ones((n, num_actions), bool)))
 
 
-def measure(layers, d_model, heads, batch, context, calls):
+def measure(layers, d_model, heads, batch, context, calls, precision="fp32"):
     config = default_transformer_config()
     config.update(dict(num_layers=layers, d_model=d_model, num_heads=heads, max_len=context,
                        label_smoothing=0.0))
     method = AD(config, 5, 81)
     train_config = default_train_config()
-    train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=context, steps_per_call=10))
+    train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=context, steps_per_call=10,
+                             precision=precision))
     mesh = data_mesh()
     train_data = on_device(jax.device_put(synthetic_data(t=max(1000, context))), sample_windows,
                            context)
@@ -98,10 +113,14 @@ def main():
     parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     parser.add_argument("--all-sizes", action="store_true",
                         help="also the paper-size model on a CPU (hours on 2 cores)")
+    parser.add_argument("--device", choices=("cpu", "gpu", "tpu"),
+                        help="the JAX platform to measure (default: JAX's default)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     args = parser.parse_args()
     device = jax.devices()[0]
     kind = device.device_kind
-    peak = next((v for k, v in PEAK_TF32.items() if k in kind), None)
+    peaks = PEAK_BF16 if args.precision == "bf16" else PEAK_TF32
+    peak = next((v for k, v in peaks.items() if k in kind), None)
     rows = []
     for name, (layers, d, heads, batch, context) in SIZES.items():
         if args.quick and name != "small (quick presets)":
@@ -109,7 +128,7 @@ def main():
         if device.platform == "cpu" and name.startswith("paper") and not args.all_sizes:
             continue
         calls = (3 if name.startswith("small") else 1) if device.platform == "cpu" else 20
-        r = measure(layers, d, heads, batch, context, calls)
+        r = measure(layers, d, heads, batch, context, calls, args.precision)
         mfu = f"{100 * r['model_flops_per_s'] / peak:.1f}%" if peak else "n/a (no known peak)"
         rows.append(f"| {name} | {layers}x{d}, {heads} heads | {batch}x{context} | {r['params']:,} "
                     f"| {r['tokens_per_s']:,.0f} | {r['steps_per_s']:.2f} "
@@ -127,7 +146,9 @@ def main():
         "",
         f"Device: {device.platform} `{kind}` x{jax.device_count()}; host CPU {cpu}, "
         f"{os.cpu_count()} cores. Command: `python benchmarks/bench_train.py"
-        f"{' --quick' if args.quick else ''} --write`. Float32 parameters and activations; "
+        f"{' --quick' if args.quick else ''}{' --precision bf16' if args.precision == 'bf16' else ''}"
+        f" --write`. Float32 parameters; {'bfloat16' if args.precision == 'bf16' else 'float32'} "
+        "activations; "
         "10 optimiser steps per jitted call; compile time excluded. FLOPs per token = "
         "6N + 12·L·d·T (Kaplan convention, N = non-embedding parameters). Peak host memory "
         f"(ru_maxrss) {peak_mib:,.0f} MiB. Load average when it finished: "
