@@ -66,6 +66,19 @@ def synthetic_data(num_actions=5, num_obs=81, n=256, t=1000):
                                    np.arange(n, dtype=np.int32), np.ones((n, num_actions), bool)))
 
 
+def matmul_peak(size: int = 4096, calls: int = 5, dtype=np.float32) -> float:
+    """FLOP/s of a jitted `size x size` matmul on the default device: the measured peak that
+    CPU MFU divides by (a CPU's datasheet peak assumes every core at full vector width)."""
+    a = jax.device_put(np.random.default_rng(0).standard_normal((size, size)).astype(dtype))
+    f = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(f(a))
+    start = time.perf_counter()
+    for _ in range(calls):
+        out = f(a)
+    jax.block_until_ready(out)
+    return 2 * size ** 3 * calls / (time.perf_counter() - start)
+
+
 def measure(layers, d_model, heads, batch, context, calls, precision="fp32"):
     config = default_transformer_config()
     config.update(dict(num_layers=layers, d_model=d_model, num_heads=heads, max_len=context,
@@ -121,6 +134,10 @@ def main():
     kind = device.device_kind
     peaks = PEAK_BF16 if args.precision == "bf16" else PEAK_TF32
     peak = next((v for k, v in peaks.items() if k in kind), None)
+    peak_source = "datasheet dense peak"
+    if device.platform == "cpu":  # measured in this process, just before the models
+        peak, peak_source = matmul_peak(), "a jitted 4096x4096 float32 matmul, measured here"
+        print(f"CPU matmul peak: {peak / 1e9:.1f} GFLOP/s", flush=True)
     rows = []
     for name, (layers, d, heads, batch, context) in SIZES.items():
         if args.quick and name != "small (quick presets)":
@@ -129,7 +146,7 @@ def main():
             continue
         calls = (3 if name.startswith("small") else 1) if device.platform == "cpu" else 20
         r = measure(layers, d, heads, batch, context, calls, args.precision)
-        mfu = f"{100 * r['model_flops_per_s'] / peak:.1f}%" if peak else "n/a (no known peak)"
+        mfu = f"{100 * r['model_flops_per_s'] / peak:.0f}%" if peak else "n/a (no known peak)"
         rows.append(f"| {name} | {layers}x{d}, {heads} heads | {batch}x{context} | {r['params']:,} "
                     f"| {r['tokens_per_s']:,.0f} | {r['steps_per_s']:.2f} "
                     f"| {r['model_flops_per_s'] / 1e9:,.1f} | {mfu} |")
@@ -152,7 +169,9 @@ def main():
         "10 optimiser steps per jitted call; compile time excluded. FLOPs per token = "
         "6N + 12·L·d·T (Kaplan convention, N = non-embedding parameters). Peak host memory "
         f"(ru_maxrss) {peak_mib:,.0f} MiB. Load average when it finished: "
-        f"{os.getloadavg()[0]:.1f} (other jobs share these cores; compare rows, not runs).",
+        f"{os.getloadavg()[0]:.1f} (other jobs share these cores; compare rows, not runs). "
+        f"MFU = model FLOP/s / peak, peak {peak / 1e9 if peak else 0:,.1f} GFLOP/s "
+        f"({peak_source}).",
         "",
         "| model | layers x width | batch x context | params | tokens/s | steps/s | model GFLOP/s | MFU |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
