@@ -186,6 +186,26 @@ def state_sharding(mesh: Mesh, replicas: bool = False, num_replicas: int = 0) ->
     return NamedSharding(mesh, P())
 
 
+def place_data(arrays, mesh: Mesh):
+    """Put on-device training data on the mesh: arrays whose leading axis is the dataset's rows
+    (histories, trajectories) are split over the devices when the rows divide over them, the
+    rest replicated. Each device then holds 1/D of the data, and each process builds only its
+    own devices' rows; sampling indexes the global array, which XLA turns into a local gather
+    and one all-reduce of the sampled rows, so batches (and results) do not depend on the
+    device or process count."""
+    leaves = [x for x in jax.tree.leaves(arrays) if np.ndim(x) > 0]
+    rows = max({np.shape(x)[0] for x in leaves}, key=lambda n: sum(
+        np.shape(x)[0] == n for x in leaves)) if leaves else 0
+    split = rows > 0 and rows % mesh.devices.size == 0
+
+    def put(x):
+        host = np.asarray(x)
+        spec = P("data") if split and host.ndim > 0 and host.shape[0] == rows else P()
+        return jax.make_array_from_callback(host.shape, NamedSharding(mesh, spec),
+                                            lambda index: host[index])
+    return jax.tree.map(put, arrays)
+
+
 def init_state(build: Callable, data: TrainData, key: jax.Array, hyper=None) -> TrainState:
     """Fresh parameters (from `data.example`'s shapes) and optimiser state."""
     method, optimizer = build(hyper)
@@ -253,10 +273,7 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     restored, good_step, _ = checkpointer.restore_latest_intact(state)
     if restored is not None:
         state = jax.device_put(restored, placed)
-    arrays = data.arrays
-    if arrays is not None and jax.process_count() > 1:  # the same values in every process
-        arrays = jax.device_get(arrays)
-    arrays = None if arrays is None else jax.device_put(arrays, replicated)
+    arrays = None if data.arrays is None else place_data(data.arrays, mesh)
     step = int(np.max(state.step))
     loader = data.loader_fn(step) if data.loader_fn is not None else None
     log = log or {}
