@@ -40,21 +40,12 @@ def worker(coordinator: str, num_processes: int, process_id: int) -> None:
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    from bench_train import synthetic_data
+    from bench_train import benchmark_model, synthetic_data
     from icrl_jax.data.dataset import sample_windows
     from icrl_jax.data.train_data import on_device
-    from icrl_jax.methods.ad import AD
-    from icrl_jax.models.transformer import default_transformer_config
-    from icrl_jax.train import (data_mesh, default_train_config, init_state, make_optimizer,
-                                make_train_steps)
+    from icrl_jax.train import data_mesh, init_state, make_optimizer, make_train_steps
 
-    model = default_transformer_config()
-    model.update(dict(num_layers=LAYERS, d_model=D_MODEL, num_heads=HEADS, max_len=CONTEXT,
-                      label_smoothing=0.0))
-    method = AD(model, 5, 81)
-    config = default_train_config()
-    config.update(dict(num_steps=10_000, batch_size=BATCH, seq_len=CONTEXT, steps_per_call=10,
-                       precision="fp32"))
+    method, config = benchmark_model(LAYERS, D_MODEL, HEADS, BATCH, CONTEXT)
     mesh = data_mesh()
     replicated = NamedSharding(mesh, P())
     data = on_device(synthetic_data(t=1000), sample_windows, CONTEXT)

@@ -79,14 +79,19 @@ def matmul_peak(size: int = 4096, calls: int = 5, dtype=np.float32) -> float:
     return 2 * size ** 3 * calls / (time.perf_counter() - start)
 
 
-def measure(layers, d_model, heads, batch, context, calls, precision="fp32"):
+def benchmark_model(layers, d_model, heads, batch, context, precision="fp32"):
+    """The benchmarked AD model on 81 observations and 5 actions, and its train config."""
     config = default_transformer_config()
     config.update(dict(num_layers=layers, d_model=d_model, num_heads=heads, max_len=context,
                        label_smoothing=0.0))
-    method = AD(config, 5, 81)
     train_config = default_train_config()
     train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=context, steps_per_call=10,
                              precision=precision))
+    return AD(config, 5, 81), train_config
+
+
+def measure(layers, d_model, heads, batch, context, calls, precision="fp32"):
+    method, train_config = benchmark_model(layers, d_model, heads, batch, context, precision)
     mesh = data_mesh()
     train_data = on_device(jax.device_put(synthetic_data(t=max(1000, context))), sample_windows,
                            context)
