@@ -298,7 +298,7 @@ class DecisionTransformer(Method):
 
         Returns (loss, metrics); `accuracy` is the fraction of valid steps whose every
         component's argmax is right (for continuous actions: 1 - MSE, a progress readout)."""
-        out = self.apply(params, batch, deterministic, key)
+        out = self.apply(params, batch, deterministic, key).astype(jnp.float32)  # bf16 runs
         weight = batch.mask.astype(jnp.float32)
         count = jnp.maximum(weight.sum(), 1.0)
         if not self.action_dims:
