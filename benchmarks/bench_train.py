@@ -8,7 +8,7 @@ peak is known.
 
     python benchmarks/bench_train.py [--quick] [--write] [--device cpu|gpu|tpu] [--precision fp32|bf16]
 
-With `--precision bf16` the model computes in bfloat16 (float32 parameters, as `train.precision`)
+With `--precision bf16` the model computes in bfloat16 (float32 parameters, as `train.compute_dtype`)
 and MFU is against the bf16 dense peak.
 """
 
@@ -86,7 +86,7 @@ def benchmark_model(layers, d_model, heads, batch, context, precision="fp32"):
                        label_smoothing=0.0))
     train_config = default_train_config()
     train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=context, steps_per_call=10,
-                             precision=precision))
+                             compute_dtype=precision))
     return AD(config, 5, 81), train_config
 
 

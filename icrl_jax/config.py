@@ -63,7 +63,7 @@ def default_train_config() -> ml_collections.ConfigDict:
         keep_checkpoints=2,
         # bf16 compute with float32 parameters, optimiser state, logits and loss: "bf16";
         # "auto" = bf16 on GPUs (Ampere on) and TPUs, float32 on the CPU; "fp32".
-        precision="auto",
+        compute_dtype="auto",
     ))
 
 

@@ -12,7 +12,7 @@ interrupted.
 
 Devices: batches are sharded over a 1-d mesh of all devices of all processes (`data_mesh`;
 multi-process runs: `icrl_jax.distributed`); replicas are sharded over it too when their count
-divides over the devices. Precision: `train.precision` "bf16" computes in bfloat16 with float32
+divides over the devices. `train.compute_dtype` "bf16" computes in bfloat16 with float32
 parameters, optimiser state, logits and loss; "auto" picks it on accelerators with fast bf16
 (GPUs from Ampere on, TPUs) and float32 on the CPU.
 """
@@ -85,9 +85,9 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 
 def compute_dtype(precision: str = "auto") -> jnp.dtype:
-    """The dtype the model computes in for `train.precision` (see the module docstring)."""
+    """The dtype the model computes in for `train.compute_dtype` (see the module docstring)."""
     if precision not in PRECISIONS:
-        raise UserError(f"unknown train.precision {precision!r} (one of {', '.join(PRECISIONS)})")
+        raise UserError(f"unknown train.compute_dtype {precision!r} (one of {', '.join(PRECISIONS)})")
     if precision == "auto":
         device = jax.devices()[0]
         fast_bf16 = device.platform == "tpu" or (
@@ -145,7 +145,7 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
         raise UserError(f"train.batch_size={batch_size} does not divide over the {num_devices} "
                         f"devices; use a multiple of {num_devices}")
     sharding = None if replicas else NamedSharding(mesh, P("data"))
-    dtype = compute_dtype(config.get("precision", "auto"))
+    dtype = compute_dtype(config.get("compute_dtype", "auto"))
 
     def constrain(batch):
         return batch if sharding is None else jax.lax.with_sharding_constraint(batch, sharding)

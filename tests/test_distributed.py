@@ -195,7 +195,7 @@ def test_bf16_trains_close_to_fp32(tmp_path):
 
     losses = {}
     for precision in ("fp32", "bf16"):
-        config = tiny_train_config(precision=precision)
+        config = tiny_train_config(compute_dtype=precision)
         state = T.train(tiny_method(), copy_task_data(), config, str(tmp_path / precision), {"t": 1},
                         show_progress=False)
         assert {x.dtype for x in jax.tree.leaves(state.params)} == {np.dtype("float32")}
@@ -203,7 +203,7 @@ def test_bf16_trains_close_to_fp32(tmp_path):
             losses[precision] = [json.loads(l)["loss"] for l in f][-1]
     assert abs(losses["bf16"] - losses["fp32"]) <= 0.05 * losses["fp32"], losses
     assert T.compute_dtype("auto") == jnp.float32  # the CPU has no fast bf16
-    with pytest.raises(UserError, match="train.precision"):
+    with pytest.raises(UserError, match="train.compute_dtype"):
         T.compute_dtype("fp8")
 
 
