@@ -134,7 +134,22 @@ def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
                        success=float(np.nanmean(last_episodes(returns, int(final_window)))),
                        mean_return=float(np.nanmean(returns)),
                        episodes=float(reached.sum(1).mean()))
+    if "terminated" in rollout:  # goal-reaching envs (the point maze) terminate on success
+        metrics.update(first_episode_goal(rollout["dones"], rollout["terminated"]))
     return metrics, returns[:, reached.mean(0) >= 0.5]
+
+
+def first_episode_goal(dones, terminated) -> dict[str, float]:
+    """Of each rollout's first episode: `goal_reached`, the fraction that ended by termination
+    (the goal) rather than the time limit, and `episode_length`, its mean length in steps (the
+    GPT-DTMA paper's maze metric; a failed episode counts its full time limit). `(N, T)` bool
+    arrays; rollouts whose first episode is unfinished count as not reaching the goal, with
+    length T."""
+    dones, terminated = np.asarray(dones, bool), np.asarray(terminated, bool)
+    ended = dones.any(1)
+    end = np.where(ended, dones.argmax(1), dones.shape[1] - 1)
+    reached = ended & terminated[np.arange(len(end)), end]
+    return dict(goal_reached=float(reached.mean()), episode_length=float((end + 1).mean()))
 
 
 def summarise(kind: str, rollouts: dict[str, dict[str, np.ndarray]], num_steps: int,

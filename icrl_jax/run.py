@@ -118,7 +118,7 @@ def baseline_policies(config, env) -> dict[str, Any]:
             policies[name] = S.build_source(config.data.source, env, config.eval.num_steps,
                                             config.data.source_kwargs.to_dict())
         elif name == "random":
-            policies[name] = S.uniform_random()
+            policies[name] = S.uniform_random(env.action_dim if env.continuous_actions else 0)
         elif name == "expert":
             if env.has_oracle and not env.host:
                 policies[name] = S.noisy_oracle(env, config.eval.num_steps, 0.0, 0.0)
@@ -157,6 +157,12 @@ def evaluate(config, params=None) -> dict[str, Any]:
     start = time.perf_counter()
     results, curves, rollouts = rollout_and_score(config, env, method, params, tasks,
                                                   jax.random.PRNGKey(config.eval.seed))
+    from icrl_jax.data.minari_io import MinariEpisodes, normalized_score
+    refs = ((dataset.ref_min_score, dataset.ref_max_score)
+            if isinstance(dataset, MinariEpisodes) else (None, None))
+    if None not in refs:  # Minari datasets with reference returns: D4RL-normalised scores
+        results.update({f"{name}_d4rl_score": float(normalized_score(
+            results[f"{name}_first_episode_return"], *refs)) for name in rollouts})
     returns = dataset_returns(dataset)
     if returns is not None and len(returns):
         results.update(dataset_return_mean=float(returns.mean()),

@@ -9,6 +9,8 @@ when it exists, unless forced) and opens it as what a method's `training_data` r
   (`histories.npz`), through the bridge into a pixel store for host simulators.
 * "vizdoom_expert": episodes of the privileged ViZDoom expert with per-env action noise,
   recorded into a pixel trajectory store shared by every method of a scenario and preset.
+* "minari": offline episodes in a Minari dataset (`Minari`): generated from `data.source` on
+  device, or an existing dataset opened by `data.dataset_id` under `data.minari_root`.
 """
 
 from __future__ import annotations
@@ -143,7 +145,101 @@ class ViZDoomExpert:
         return PixelTrajectoryStore(path)
 
 
-BUILDERS: dict[str, Any] = {"histories": Histories(), "vizdoom_expert": ViZDoomExpert()}
+class Minari:
+    """Offline episodes in a Minari dataset (`data/minari_io.py`): `<root>/<data.dataset_id>`,
+    root `data.minari_root` (default `<workdir>/minari`).
+
+    `build` rolls `data.source` (e.g. "waypoint", D4RL maze2d's noisy controller) out on device
+    on every training task (random start and, with `task="random_goal"`, random goal per task;
+    `histories_per_task` streams of `num_steps` steps each), cuts the streams into complete
+    episodes (a trailing unfinished one is dropped) and writes them with reference scores: the
+    mean episode returns of a uniform random policy and of the env's noiseless expert on the same
+    tasks. An existing dataset (any Minari dataset with the env's spaces) is opened as it is.
+    """
+
+    @staticmethod
+    def root(config) -> str:
+        if not config.data.get("dataset_id"):
+            raise UserError("data.builder='minari' needs data.dataset_id")
+        return config.data.get("minari_root") or os.path.join(config.workdir, "minari")
+
+    def path(self, config, env) -> str:
+        from icrl_jax.data.minari_io import dataset_dir
+        return dataset_dir(self.root(config), config.data.dataset_id)
+
+    def exists(self, path: str, env) -> bool:
+        return os.path.isfile(os.path.join(path, "data", "metadata.json"))
+
+    def build(self, config, env, path: str) -> None:
+        from icrl_jax.data.minari_io import spaces_of, write_minari
+        train_ids, _ = task_split(env, config)
+        tasks = np.repeat(train_ids, config.data.histories_per_task, axis=0)
+        num_steps = int(config.data.num_steps)
+        source = build_source(config.data.source, env, num_steps,
+                              config.data.source_kwargs.to_dict())
+        params = env.task_params(tasks)
+        key = jax.random.PRNGKey(config.seed)
+        start = time.perf_counter()
+        history, info = jax.block_until_ready(generate_histories(
+            env, source, params, num_steps, key, task_ids=tasks, with_info=True))
+        seconds = time.perf_counter() - start
+        episodes = _cut_episodes(jax.device_get(history), jax.device_get(info))
+        if not episodes:
+            raise UserError(f"no episode of {config.data.source} ends within data.num_steps="
+                            f"{num_steps} steps")
+        refs = {}
+        if env.has_oracle:  # reference returns on the same tasks, one episode length each
+            length = int(env.episode_length)
+            experts = {"ref_min_score": build_source("uniform_random", env, length, {}),
+                       "ref_max_score": _expert_source(env)}
+            for name, policy in experts.items():
+                h = generate_histories(env, policy, params, length, jax.random.fold_in(key, 1))
+                returns = M.episode_returns_ragged(np.asarray(h.rewards), np.asarray(h.dones))
+                refs[name] = float(np.mean([r[0] for r in returns if len(r)]))
+        obs_space, act_space = spaces_of(env)
+        write_minari(self.root(config), config.data.dataset_id, episodes, obs_space, act_space, config.env.name,
+                     metadata=dict(env_kwargs=config.env.kwargs.to_dict(),
+                                   source=config.data.source,
+                                   source_kwargs=config.data.source_kwargs.to_dict(),
+                                   seed=int(config.seed), generation_seconds=seconds),
+                     overwrite=True, algorithm_name=config.data.source, **refs)
+        steps = sum(len(e["rewards"]) for e in episodes)
+        print(f"generated {len(episodes)} episodes ({steps} steps) of {config.data.source} in "
+              f"{seconds:.1f}s -> {path}" + "".join(f"; {k} {v:.2f}" for k, v in refs.items()))
+
+    def open(self, config, env, path: str):
+        from icrl_jax.data.minari_io import read_minari
+        return read_minari(path, env=env)
+
+
+def _expert_source(env):
+    """The env's noiseless privileged expert as a source."""
+    from icrl_jax.data.sources import Source
+    return Source(lambda key, p: (), lambda key, s, obs, st, p: (env.expert_action(st, p), s),
+                  lambda key, s, tr, p: s, name="expert")
+
+
+def _cut_episodes(history, info) -> list[dict]:
+    """Complete episodes of N streams (host numpy): each ends at a done, its T + 1 observations
+    the T acted on plus the final observation (before the auto-reset)."""
+    episodes = []
+    obs, final = np.asarray(history.observations), np.asarray(info["final_observations"])
+    terminated = np.asarray(info["terminated"])
+    for n in range(obs.shape[0]):
+        ends = np.flatnonzero(np.asarray(history.dones[n]))
+        for begin, end in zip(np.concatenate([[0], ends[:-1] + 1]), ends):
+            sl = slice(begin, end + 1)
+            episodes.append(dict(
+                observations=np.concatenate([obs[n, sl], final[n, end][None]]),
+                actions=np.asarray(history.actions[n, sl]),
+                rewards=np.asarray(history.rewards[n, sl]),
+                terminations=terminated[n, sl], truncations=~terminated[n, sl] & (
+                    np.arange(begin, end + 1) == end)))
+    return episodes
+
+
+BUILDERS: dict[str, Any] = {"histories": Histories(), "vizdoom_expert": ViZDoomExpert(),
+                            "minari": Minari()}
 
 
 def builder_of(config):
@@ -180,7 +276,10 @@ def open_dataset(config, env):
 def dataset_returns(dataset) -> np.ndarray | None:
     """Returns of the dataset's complete episodes, float `(E,)` (None for pixel learning
     histories, whose rewards are not kept in memory)."""
+    from icrl_jax.data.minari_io import MinariEpisodes
     from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
+    if isinstance(dataset, MinariEpisodes):
+        return dataset.returns
     if isinstance(dataset, PixelTrajectoryStore):
         return np.asarray(dataset.episode_returns)
     if isinstance(dataset, PixelStore):

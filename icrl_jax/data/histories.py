@@ -41,9 +41,9 @@ def _env_step(env, key, state, action, params):
             reward.astype(jnp.float32), jnp.asarray(term, bool), jnp.asarray(trunc, bool))
 
 
-def _step_info(env, state, action, params) -> dict[str, jax.Array]:
-    if env.kind != BANDIT:
-        return {}
+def _step_info(env, state, action, params, final_obs, terminated) -> dict[str, jax.Array]:
+    if env.kind != BANDIT:  # the observation after the step, before an auto-reset replaces it
+        return {"final_observations": final_obs, "terminated": terminated}
     means = env.expected_rewards(state, params)
     return {"expected_reward": means[action], "optimal_expected_reward": means.max()}
 
@@ -76,7 +76,7 @@ def _generate(env, source, num_steps: int, with_info: bool, with_state: bool, ke
         src_state = source.update(k_upd, src_state, tr, p)
         out = {"observations": obs, "actions": action, "rewards": reward, "dones": term | trunc}
         if with_info:
-            out.update(_step_info(env, env_state, action, p))
+            out.update(_step_info(env, env_state, action, p, final_obs, term))
         return (key, next_obs, next_state, src_state), out
 
     carry = jax.vmap(init_one)(keys, params)
@@ -110,7 +110,10 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
         multiple of the local devices, over which each call is sharded; the last chunk is
         padded, so one trace.
       with_info: also return per-step info `(N, T)` arrays; for bandits `expected_reward` of
-        the chosen arm and `optimal_expected_reward` (regret = their difference, summed).
+        the chosen arm and `optimal_expected_reward` (regret = their difference, summed); for
+        episodic envs `final_observations` `(N, T, *obs_shape)`, the observation after each step
+        before an auto-reset (an episode's last one, for offline datasets), and `terminated`
+        bool `(N, T)` (dones that are not truncations).
       with_state: also return each env's final policy state as `info["policy_state"]`.
       fast_rng: trace with non-partitionable threefry (2-3x faster bits on CPU; it only changes
         which random numbers a key yields, not their distribution).
@@ -154,5 +157,7 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
     history = History(observations=out.pop("observations"), actions=out.pop("actions"),
                       rewards=out.pop("rewards").astype(jnp.float32), dones=out.pop("dones"),
                       task_ids=jnp.asarray(task_ids),
-                      action_mask=jnp.asarray(params.action_mask, bool))
+                      # Continuous actions (float32 `(N, T, d)`) have no action set: `(N, 0)`.
+                      action_mask=jnp.zeros((n, 0), bool) if env.continuous_actions
+                      else jnp.asarray(params.action_mask, bool))
     return (history, out) if (with_info or with_state) else history

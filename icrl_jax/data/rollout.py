@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs.core import BANDIT
 from envs.host.bridge import HostStep, host_rollout
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.sources import ParamSource, Source, Transition
@@ -95,7 +94,7 @@ def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.
       chunk_size: envs per jitted call on JAX envs (None: all at once).
       keep_observations: also return the observations each action was taken in (host envs).
     Returns:
-      name -> {"rewards", "dones", "actions": `(N, T)` numpy, "terminated" (host envs),
+      name -> {"rewards", "dones", "actions": `(N, T)` numpy, "terminated" (episodic envs),
       "expected_reward" / "optimal_expected_reward" (bandits), "policy_state": the final state of
       each env's policy (Sources only)}.
     """
@@ -109,9 +108,10 @@ def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.
     for name, policy in policies.items():
         bar.set_postfix_str(name)
         history, info = generate_histories(env, policy, tasks, num_steps, key, task_ids=ids,
-                                           chunk_size=chunk_size, with_info=env.kind == BANDIT,
+                                           chunk_size=chunk_size, with_info=True,
                                            with_state=True)
         state = info.pop("policy_state")
+        info.pop("final_observations", None)  # only datasets keep them
         out[name] = dict(jax.device_get(dict(rewards=history.rewards, dones=history.dones,
                                              actions=history.actions, **info)),
                          action_mask=np.asarray(history.action_mask), policy_state=state)

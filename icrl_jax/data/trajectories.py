@@ -72,8 +72,11 @@ def episodes_from_history(history: History, episode_length: int, split_action=No
     def episodes(x):
         return jnp.asarray(x).reshape((-1, episode_length) + x.shape[2:])
 
-    actions = jnp.asarray(history.actions, jnp.int32)
-    actions = actions[..., None] if split_action is None else split_action(actions)
+    if jnp.issubdtype(jnp.asarray(history.actions).dtype, jnp.floating):
+        actions = jnp.asarray(history.actions, jnp.float32)  # continuous `(N, T, d)` as they are
+    else:
+        actions = jnp.asarray(history.actions, jnp.int32)
+        actions = actions[..., None] if split_action is None else split_action(actions)
     rewards = episodes(jnp.asarray(history.rewards, jnp.float32))
     return Trajectories(
         observations=episodes(history.observations), actions=episodes(actions), rewards=rewards,

@@ -41,6 +41,7 @@ import numpy as np
 from icrl_jax.config import dt_model_config  # noqa: F401 (re-export)
 from icrl_jax.analysis.attention_maps import context_attention, write_attention
 from icrl_jax.data.history import History
+from icrl_jax.data.minari_io import MinariEpisodes
 from icrl_jax.data.pixel_store import PrefetchLoader
 from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
 from icrl_jax.data.train_data import TrainData, on_device
@@ -218,10 +219,14 @@ class DecisionTransformer(Method):
             example = jax.tree.map(jnp.asarray,
                                    dataset.sample(np.random.default_rng(0), 1, seq_len))
             return TrainData(example, loader_fn=loader_fn)
+        if isinstance(dataset, MinariEpisodes):  # offline episodes of any lengths, padded
+            return on_device(pad_for_windows(dataset.to_trajectories(), seq_len),
+                             sample_trajectory_windows, seq_len)
         if not isinstance(dataset, History):
-            raise TypeError(f"{self.name} trains on learning histories or a pixel trajectory "
-                            f"store, got {type(dataset).__name__}")
-        episodes = episodes_from_history(dataset, env.episode_length, env.split_action)
+            raise TypeError(f"{self.name} trains on learning histories, a Minari dataset or a "
+                            f"pixel trajectory store, got {type(dataset).__name__}")
+        episodes = episodes_from_history(dataset, env.episode_length,
+                                         None if env.continuous_actions else env.split_action)
         return on_device(pad_for_windows(episodes, seq_len), sample_trajectory_windows, seq_len)
 
     def policies(self, params, env, config) -> dict:

@@ -80,6 +80,7 @@ from icrl_jax.data.sources.noisy_oracle import grid_oracle_action, noisy_oracle 
 from icrl_jax.data.sources.q_learning import q_learning  # noqa: E402
 from icrl_jax.data.sources.thompson import BETA_SAMPLERS, sample_beta, thompson_sampling  # noqa: E402
 from icrl_jax.data.sources.uniform import masked_uniform_action, uniform_random  # noqa: E402
+from icrl_jax.data.sources.waypoint import waypoint_controller  # noqa: E402
 
 
 
@@ -99,8 +100,10 @@ SOURCES: dict[str, Callable[..., Source]] = {
         env, num_episodes=num_steps // env.episode_length, **kw),
     "noisy_oracle": lambda env, num_steps, kw: noisy_oracle(env, num_steps=num_steps, **kw),
     "episode_replay": lambda env, num_steps, kw: episode_replay(env, num_steps=num_steps, **kw),
-    "uniform_random": lambda env, num_steps, kw: uniform_random(**kw),
+    "uniform_random": lambda env, num_steps, kw: uniform_random(
+        **kw, action_dim=env.action_dim if env.continuous_actions else 0),
     "noisy_expert": lambda env, num_steps, kw: _noisy_expert(env, num_steps, **kw),
+    "waypoint": lambda env, num_steps, kw: waypoint_controller(env, **kw),
 }
 
 
@@ -119,4 +122,4 @@ def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
 
 __all__ = ["SOURCES", "build_source", "Source", "ParamSource", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
            "q_learning", "noisy_oracle", "episode_replay", "grid_oracle_action", "uniform_random",
-           "masked_uniform_action"]
+           "masked_uniform_action", "waypoint_controller"]

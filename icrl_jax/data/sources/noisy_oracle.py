@@ -76,7 +76,11 @@ def noisy_oracle(env, num_steps: int, eps_start: float = 1.0, eps_end: float = 0
     def act(key, t, obs, env_state, params):
         u = jax.random.uniform(key, (2,))
         eps = eps_start + (eps_end - eps_start) * jnp.minimum(t / decay_steps, 1.0)
-        random_action = uniform_pick(u[1], params.action_mask)
+        if env.continuous_actions:  # uniform in [-1, 1]^d instead of an available index
+            random_action = jax.random.uniform(jax.random.fold_in(key, 1), (env.action_dim,),
+                                               jnp.float32, -1.0, 1.0)
+        else:
+            random_action = uniform_pick(u[1], params.action_mask)
         return jnp.where(u[0] < eps, random_action, oracle(env_state, params)), t
 
     def update(key, t, tr, params):

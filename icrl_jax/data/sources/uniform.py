@@ -63,14 +63,23 @@ def masked_argmax(key: jax.Array, values: jax.Array, action_mask: jax.Array) -> 
     return first_argmax(jnp.where(best, jax.random.uniform(key, values.shape), -1.0))
 
 
-def uniform_random() -> "sources.Source":
-    """Source that ignores everything and picks available actions uniformly (state: `()`)."""
+def uniform_random_action(key: jax.Array, params, action_dim: int) -> jax.Array:
+    """A uniformly random action: float32 `(action_dim,)` in [-1, 1] for a continuous env
+    (`action_dim > 0`), else an available index, int32 `()`."""
+    if action_dim:
+        return jax.random.uniform(key, (action_dim,), jnp.float32, -1.0, 1.0)
+    return masked_uniform_action(key, params.action_mask)
+
+
+def uniform_random(action_dim: int = 0) -> "sources.Source":
+    """Source that ignores everything and acts uniformly at random: available actions of a
+    discrete env, or U[-1, 1]^action_dim for a continuous one (`action_dim > 0`). State: `()`."""
 
     def init(key, params):
         return ()
 
     def act(key, state, obs, env_state, params):
-        return masked_uniform_action(key, params.action_mask), state
+        return uniform_random_action(key, params, action_dim), state
 
     def update(key, state, transition, params):
         return state
