@@ -202,7 +202,8 @@ class DecisionTransformer(Method):
 
     def training_data(self, dataset, config, env) -> TrainData:
         """Padded windows of whole episodes on device (from learning histories of fixed-length
-        episodes), or a prefetching loader over a pixel trajectory store."""
+        episodes, or a Minari dataset's episodes of any lengths, e.g. the point maze's
+        continuous-action data), or a prefetching loader over a pixel trajectory store."""
         seq_len = config.train.seq_len
         if isinstance(dataset, PixelTrajectoryStore):
             want = [list(env.observation_shape), [len(env.action_dims)]]
