@@ -110,6 +110,10 @@ def test_minari_builder_writes_consistent_episodes_and_checks_spaces(tmp_path):
     # The dataset opened for an env with other spaces: a clear error.
     with pytest.raises(mio.DatasetSpaceError, match="does not match"):
         mio.read_minari(path, env=envs.make("darkroom"))
+    # A config that points at a dataset that is not there (no source to make one).
+    missing = _maze_config(tmp_path, source="", minari_root=str(tmp_path / "nowhere"))
+    with pytest.raises(mio.DatasetNotFoundError, match="no Minari dataset at .*nowhere"):
+        builders.open_dataset(missing, env)
     with pytest.raises(UserError, match="dataset_id"):
         builders.dataset_path(_maze_config(tmp_path, dataset_id=""), env)
 

@@ -171,7 +171,10 @@ class Minari:
         return os.path.isfile(os.path.join(path, "data", "metadata.json"))
 
     def build(self, config, env, path: str) -> None:
-        from icrl_jax.data.minari_io import spaces_of, write_minari
+        from icrl_jax.data.minari_io import DatasetNotFoundError, spaces_of, write_minari
+        if not config.data.source:  # a config that points at an existing dataset
+            raise DatasetNotFoundError(f"no Minari dataset at {path} (and no data.source to "
+                                       f"generate one)")
         train_ids, _ = task_split(env, config)
         tasks = np.repeat(train_ids, config.data.histories_per_task, axis=0)
         num_steps = int(config.data.num_steps)
