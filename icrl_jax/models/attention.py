@@ -21,12 +21,12 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     """softmax(q k^T / sqrt(Dh)) v over the keys `mask` allows: q `(B, T, H, Dh)`, k and v
     `(B, S, H, Dh)`, bool mask `(B, 1, T, S)` -> `(B, T, H, Dh)`, through cuDNN where
     `attention_implementation` picks it; a configuration cuDNN rejects falls back to XLA."""
-    implementation = attention_implementation(q)
-    if implementation == "cudnn":
+    if attention_implementation(q) == "cudnn":
         try:
             return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="cudnn")
         except (NotImplementedError, ValueError, TypeError):
-            pass
+            # cuDNN rejects this shape, mask or layout at trace time: use XLA's kernel instead.
+            return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
     return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
 
 
