@@ -97,6 +97,12 @@ class EnvSpec:
         """The privileged expert's action (envs with `has_oracle`)."""
         raise TypeError(f"{type(self).__name__} has no privileged expert (has_oracle=False)")
 
+    def subgoal_progress(self, state: Any, params: Any) -> jax.Array:
+        """Per action, int32 `(num_actions,)` in {-1, 0, 1}: whether it brings the agent closer to
+        its current sub-goal (the noisy-rational expert's costs; Uni[MASK]'s DoorKey)."""
+        raise TypeError(f"{type(self).__name__} defines no sub-goal progress for a "
+                        "noisy-rational expert")
+
     def action_mask(self, params: Any) -> jax.Array:
         """Available actions of a task, bool `(num_actions,)`."""
         return params.action_mask

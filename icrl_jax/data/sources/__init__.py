@@ -77,6 +77,7 @@ class ParamSource(NamedTuple):
 from icrl_jax.data.sources.episode_replay import episode_replay  # noqa: E402
 from icrl_jax.data.sources.linucb import linucb  # noqa: E402
 from icrl_jax.data.sources.noisy_oracle import grid_oracle_action, noisy_oracle  # noqa: E402
+from icrl_jax.data.sources.noisy_rational import noisy_rational  # noqa: E402
 from icrl_jax.data.sources.q_learning import q_learning  # noqa: E402
 from icrl_jax.data.sources.thompson import BETA_SAMPLERS, sample_beta, thompson_sampling  # noqa: E402
 from icrl_jax.data.sources.uniform import masked_uniform_action, uniform_random  # noqa: E402
@@ -104,6 +105,7 @@ SOURCES: dict[str, Callable[..., Source]] = {
         **kw, action_dim=env.action_dim if env.continuous_actions else 0),
     "noisy_expert": lambda env, num_steps, kw: _noisy_expert(env, num_steps, **kw),
     "waypoint": lambda env, num_steps, kw: waypoint_controller(env, **kw),
+    "noisy_rational": lambda env, num_steps, kw: noisy_rational(env, **kw),
 }
 
 
