@@ -1,0 +1,173 @@
+"""Uni[MASK]'s masking schemes (Carroll et al. 2022, App. B and C): which tokens of a snippet of k
+timesteps the model sees, and which it must predict.
+
+A snippet has, per timestep t in [0, k), a state token s_t and an action token a_t, plus one
+return-to-go token for the whole snippet (its first: App. D). A `Mask` holds, bool:
+state_in `(k,)`, action_in `(k,)`, rtg_in `()` (visible inputs) and state_pred `(k,)`,
+action_pred `(k,)` (tokens in the loss). Index conventions follow the authors' batch classes:
+
+* behaviour cloning, index i in [0, k-1]: s_0..s_i and a_0..a_{i-1} visible; predict a_i.
+* reward-conditioned: the same, with the return-to-go visible.
+* goal-conditioned, i in [0, k-2]: behaviour cloning plus the last state s_{k-1}.
+* waypoint-conditioned: behaviour cloning plus the states at t = 0, k//3, 2k//3, k-1.
+* future inference, i in [0, k-1]: the inputs of behaviour cloning; predict every later state
+  and every action from a_i on.
+* past inference, i in [1, k]: s_i.. and a_i.. visible; predict s_0..s_{i-1}, a_0..a_{i-1}.
+* forward dynamics, i in [0, k-2]: s_i, a_i visible; predict s_{i+1}.
+* inverse dynamics (the paper's name for backwards dynamics), i in [1, k-1]: s_i, a_{i-1}
+  visible; predict s_{i-1}.
+* ALL: one of the eight above, uniformly, per snippet.
+* random: p ~ U[0, 1] per snippet; each state and action token hidden with probability p; the
+  return-to-go visible with probability 1/2; predict every hidden state and action.
+
+Every function is pure and jittable (k static, the index or key traced); `sample_mask` draws a
+training mask, `evaluation_masks` enumerates a task's indices (its validation loss is then the
+exact expectation over the uniform index).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from icrl_jax.errors import unknown_name
+
+
+class Mask(NamedTuple):
+    """Visible inputs and predicted tokens of one snippet (see the module docstring)."""
+
+    state_in: jax.Array
+    action_in: jax.Array
+    rtg_in: jax.Array
+    state_pred: jax.Array
+    action_pred: jax.Array
+
+
+def _t(k: int) -> jax.Array:
+    return jnp.arange(k)
+
+
+def _none(k: int) -> jax.Array:
+    return jnp.zeros(k, bool)
+
+
+def behaviour_cloning(i, k: int) -> Mask:
+    t = _t(k)
+    return Mask(t <= i, t < i, jnp.bool_(False), _none(k), t == i)
+
+
+def reward_conditioned(i, k: int) -> Mask:
+    return behaviour_cloning(i, k)._replace(rtg_in=jnp.bool_(True))
+
+
+def goal_conditioned(i, k: int) -> Mask:
+    mask = behaviour_cloning(i, k)
+    return mask._replace(state_in=mask.state_in | (_t(k) == k - 1))
+
+
+def waypoints(k: int) -> tuple[int, ...]:
+    """The always-visible waypoint timesteps (the authors' choice)."""
+    return tuple(sorted({0, k // 3, (2 * k) // 3, k - 1}))
+
+
+def waypoint_conditioned(i, k: int) -> Mask:
+    mask = behaviour_cloning(i, k)
+    shown = jnp.isin(_t(k), jnp.asarray(waypoints(k)))
+    return mask._replace(state_in=mask.state_in | shown)
+
+
+def future_inference(i, k: int) -> Mask:
+    t = _t(k)
+    return Mask(t <= i, t < i, jnp.bool_(False), t > i, t >= i)
+
+
+def past_inference(i, k: int) -> Mask:
+    t = _t(k)
+    return Mask(t >= i, t >= i, jnp.bool_(False), t < i, t < i)
+
+
+def forward_dynamics(i, k: int) -> Mask:
+    t = _t(k)
+    return Mask(t == i, t == i, jnp.bool_(False), t == i + 1, _none(k))
+
+
+def inverse_dynamics(i, k: int) -> Mask:
+    t = _t(k)
+    return Mask(t == i, t == i - 1, jnp.bool_(False), t == i - 1, _none(k))
+
+
+class Task(NamedTuple):
+    """A single-task scheme: `mask(i, k)` for i in [low, k + high_offset]."""
+
+    mask: Callable[..., Mask]
+    low: int
+    high_offset: int
+
+    def indices(self, k: int) -> jax.Array:
+        return jnp.arange(self.low, k + self.high_offset + 1)
+
+
+#: The eight evaluation tasks, in the heatmap's column order.
+TASKS: dict[str, Task] = {
+    "behaviour_cloning": Task(behaviour_cloning, 0, -1),
+    "reward_conditioned": Task(reward_conditioned, 0, -1),
+    "goal_conditioned": Task(goal_conditioned, 0, -2),
+    "waypoint_conditioned": Task(waypoint_conditioned, 0, -1),
+    "past_inference": Task(past_inference, 1, 0),
+    "future_inference": Task(future_inference, 0, -1),
+    "forward_dynamics": Task(forward_dynamics, 0, -2),
+    "inverse_dynamics": Task(inverse_dynamics, 1, -1),
+}
+#: Training regimes: every task alone, ALL (multi-task) and random masking.
+REGIMES: tuple[str, ...] = tuple(TASKS) + ("all", "random")
+
+
+def _sample_task(task: Task, key, k: int) -> Mask:
+    return task.mask(jax.random.randint(key, (), task.low, k + task.high_offset + 1), k)
+
+
+def random_mask(key, k: int) -> Mask:
+    """Random masking: the number of hidden state tokens (and of action tokens) is uniform on
+    [0, k], not binomial (App. C)."""
+    p_key, s_key, a_key, r_key = jax.random.split(key, 4)
+    p_mask = jax.random.uniform(p_key)
+    state_hidden = jax.random.uniform(s_key, (k,)) < p_mask
+    action_hidden = jax.random.uniform(a_key, (k,)) < p_mask
+    return Mask(~state_hidden, ~action_hidden, jax.random.bernoulli(r_key), state_hidden,
+                action_hidden)
+
+
+def all_tasks_mask(key, k: int) -> Mask:
+    """ALL: one task uniformly at random, then its index uniformly."""
+    pick, index = jax.random.split(key)
+    branches = [lambda kk, task=task: _sample_task(task, kk, k) for task in TASKS.values()]
+    return jax.lax.switch(jax.random.randint(pick, (), 0, len(TASKS)), branches, index)
+
+
+def regime_index(name: str) -> int:
+    if name not in REGIMES:
+        raise unknown_name("masking scheme", name, REGIMES)
+    return REGIMES.index(name)
+
+
+def sample_mask(regime, key, k: int) -> Mask:
+    """One training mask of regime `regime` (a name, or its index in `REGIMES`, may be traced:
+    replicas of different regimes train side by side under `vmap`)."""
+    if isinstance(regime, str):
+        regime = regime_index(regime)
+    branches = [lambda kk, task=task: _sample_task(task, kk, k) for task in TASKS.values()]
+    branches += [lambda kk: all_tasks_mask(kk, k), lambda kk: random_mask(kk, k)]
+    return jax.lax.switch(jnp.asarray(regime, jnp.int32), branches, key)
+
+
+def evaluation_masks(task: str, k: int) -> Mask:
+    """Every mask of evaluation task `task`, stacked along a leading axis (one per index)."""
+    if task not in TASKS:
+        raise unknown_name("evaluation task", task, TASKS)
+    spec = TASKS[task]
+    if k + spec.high_offset < spec.low:
+        raise ValueError(f"{task} needs snippets of at least {spec.low - spec.high_offset} "
+                         f"steps, got k={k}")
+    return jax.vmap(lambda i: spec.mask(i, k))(spec.indices(k))
