@@ -81,6 +81,16 @@ class EnvSpec:
         factors its actions (then `num_actions == prod(action_dims)`)."""
         return (self.num_actions,)
 
+    @property
+    def observation_factors(self) -> tuple[int, ...]:
+        """Values per categorical factor of a discrete observation id (`(num_observations,)`
+        unless the env factors its observations, e.g. DoorKey's (agent cell, key cell))."""
+        return (self.num_observations,) if self.discrete_observations else ()
+
+    def split_observation(self, obs: jax.Array) -> jax.Array:
+        """Observation ids int `(...)` -> factors int32 `(..., len(observation_factors))`."""
+        return jnp.asarray(obs, jnp.int32)[..., None]
+
     def split_action(self, action: jax.Array) -> jax.Array:
         """Flat action int `(...)` -> components int32 `(..., len(action_dims))`."""
         return jnp.asarray(action, jnp.int32)[..., None]

@@ -150,6 +150,14 @@ class DoorKey(ICRLEnv):
         self.terminate_at_goal = bool(terminate_at_goal)
 
     @property
+    def observation_factors(self) -> tuple[int, ...]:
+        return (NUM_CELLS, NUM_CELLS)
+
+    def split_observation(self, obs: jax.Array) -> jax.Array:
+        """Ids `(...)` -> (agent cell, key cell) int32 `(..., 2)`."""
+        return jnp.stack(split_state(obs), axis=-1)
+
+    @property
     def default_params(self) -> DoorKeyParams:
         return self.task_params(0)
 

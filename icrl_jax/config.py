@@ -290,3 +290,17 @@ def dt_model_config() -> ml_collections.ConfigDict:
         cnn_kernel=4,
         obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
     ))
+
+
+def unimask_model_config() -> ml_collections.ConfigDict:
+    """The Uni[MASK] fields of `config.model` (methods/unimask.py)."""
+    return ml_collections.ConfigDict(dict(
+        backbone="transformer",  # transformer (bidirectional) | mlp (the paper's baseline)
+        regime="random",  # the masking scheme trained on (methods/unimask_masks.py REGIMES)
+        action_weight=1.0,  # Table 2's "Action:State loss"
+        state_weight=1.0,
+        rtg_scale=10.0,  # the return-to-go enters divided by this
+        max_timestep=10.0,  # ... and the snippet's first timestep divided by this
+        mlp_layers=3,  # MLP baseline: hidden layers and their width
+        mlp_width=128,
+    ))

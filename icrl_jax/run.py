@@ -306,7 +306,13 @@ def run_seeds(config) -> list[str]:
 
 
 def report(config) -> dict[str, str]:
-    """Train and evaluate every seed, then write Table 1 and the figures to `<workdir>/report`."""
+    """Train and evaluate every seed, then write Table 1 and the figures to `<workdir>/report`;
+    a config with a `grid` section reports a grid of masking regimes instead (Uni[MASK]'s
+    heatmaps, `masking_grid.py`)."""
+    if config.get("grid") is not None:
+        from icrl_jax.masking_grid import run_grid
+        env = build_env(config)
+        return run_grid(config, dataset_of(config, env), env)
     from icrl_jax.report import write_report
     return write_report([config.workdir] if run_seeds(config) else [],
                         os.path.join(config.workdir, "report"))

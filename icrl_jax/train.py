@@ -358,14 +358,16 @@ def replica_hyperparameters(config, assignments: Sequence[dict[str, Any]]) -> di
 
 def train_replicas(build_method: Callable, config, data: TrainData, workdir: str,
                    signature: dict[str, Any], seeds: Sequence[int],
-                   hyper: dict[str, jax.Array], show_progress: bool = False, cache_key=None
+                   hyper: dict[str, jax.Array], show_progress: bool = False, cache_key=None,
+                   stop_at: int | None = None
                    ) -> tuple[TrainState, dict[str, np.ndarray] | None]:
     """Train K replicas of one model side by side (`vmap`), replica k from seed `seeds[k]` with
     the hyperparameters `hyper[name][k]`; resumable like `train` (checkpoints of the stacked
     state in `workdir`). `build_method(model_config)` builds the method from a model config
     whose replica hyperparameters are traced. Returns the stacked final state and the last
     call's metrics per replica (None when no step was left to train). Calls with the same
-    `cache_key` (e.g. the group's config, env and data) reuse one compiled program."""
+    `cache_key` (e.g. the group's config, env and data) reuse one compiled program. `stop_at`
+    pauses at that step with a checkpoint (a later call resumes), for evaluations in between."""
     def build(h):
         model = _Mapping(config.model.to_dict())
         model.update({k.split(".", 1)[1]: v for k, v in h.items() if k.startswith("model.")})
@@ -380,7 +382,7 @@ def train_replicas(build_method: Callable, config, data: TrainData, workdir: str
     train.checkpoint_every = train.num_steps
     key = None if cache_key is None else (cache_key, len(seeds))
     return _fit(build, data, train, workdir, signature, keys, hyper, True, show_progress,
-                None, None, key)
+                stop_at, None, key)
 
 
 def restore_params(method, data: TrainData, config, workdir: str, signature: dict[str, Any]):

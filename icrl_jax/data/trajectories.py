@@ -100,8 +100,11 @@ def sample_trajectory_windows(data: Trajectories, key: jax.Array, batch_size: in
 
     Episode and end step are uniform; a window ending at step t holds steps t-K+1..t, the ones
     before the episode start being masked padding. Returns `Trajectories` with `(B, K, ...)`.
+    On unpadded episodes (of at least `window` steps) the windows are whole real steps.
     """
     num_episodes, padded = data.rewards.shape
+    if padded < window:
+        raise ValueError(f"episodes of {padded} steps cannot supply windows of {window} steps")
     key_episode, key_start = jax.random.split(key)
     rows = jax.random.randint(key_episode, (batch_size,), 0, num_episodes)
     starts = jax.random.randint(key_start, (batch_size,), 0, padded - window + 1)
