@@ -91,6 +91,15 @@ class EnvSpec:
         """Observation ids int `(...)` -> factors int32 `(..., len(observation_factors))`."""
         return jnp.asarray(obs, jnp.int32)[..., None]
 
+    def join_observation(self, factors: jax.Array) -> jax.Array:
+        """Factors int `(..., len(observation_factors))` -> observation ids int32 `(...)`."""
+        return jnp.asarray(factors, jnp.int32)[..., 0]
+
+    def next_observation(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        """Deterministic dynamics on observation ids (envs whose observation is their state):
+        ids int `(...)`, actions int `(...)` -> the next ids."""
+        raise TypeError(f"{type(self).__name__} has no deterministic observation dynamics")
+
     def split_action(self, action: jax.Array) -> jax.Array:
         """Flat action int `(...)` -> components int32 `(..., len(action_dims))`."""
         return jnp.asarray(action, jnp.int32)[..., None]

@@ -157,6 +157,17 @@ class DoorKey(ICRLEnv):
         """Ids `(...)` -> (agent cell, key cell) int32 `(..., 2)`."""
         return jnp.stack(split_state(obs), axis=-1)
 
+    def join_observation(self, factors: jax.Array) -> jax.Array:
+        return join_state(factors[..., 0], factors[..., 1])
+
+    def next_observation(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        """The id after `action` from id `obs` (both `(...)`): the dynamics are deterministic."""
+        agent, key_pos = split_state(obs)
+        shape = jnp.broadcast_shapes(agent.shape, jnp.shape(action))
+        agent, key_pos, action = (jnp.broadcast_to(x, shape).reshape(-1)
+                                  for x in (agent, key_pos, jnp.asarray(action, jnp.int32)))
+        return join_state(*jax.vmap(move)(agent, key_pos, action)).reshape(shape)
+
     @property
     def default_params(self) -> DoorKeyParams:
         return self.task_params(0)

@@ -127,6 +127,10 @@ class _Group:
 
     def run(self, validation, eval_every: int, show_progress: bool):
         """Train with early stopping; returns the best parameters' task losses `(K, 8)`."""
+        per_call = int(self.train_config.train.steps_per_call)
+        if eval_every % per_call:
+            raise UserError(f"grid evaluations every {eval_every} steps: not a multiple of "
+                            f"train.steps_per_call={per_call}")
         path = os.path.join(self.workdir, "best.npz")
         best = dict(np.load(path)) if os.path.exists(path) else None
         evaluate = jax.jit(jax.vmap(lambda p: self.method.task_losses(p, validation)))

@@ -132,6 +132,7 @@ class UniMask(Method):
         self.snippet_len = int(snippet_len)
         self.state_factors = tuple(int(n) for n in env.observation_factors)
         self.split_observation = env.split_observation
+        self.join_observation = env.join_observation
         self.num_actions = int(env.num_actions)
         self.rtg_scale = float(model_config.rtg_scale)
         self.max_timestep = float(model_config.max_timestep)
@@ -240,10 +241,25 @@ class UniMask(Method):
 
     # -- acting -----------------------------------------------------------------------------
 
+    #: Regimes whose training shows the return-to-go token (the others never learn to read it).
+    RTG_REGIMES = ("reward_conditioned", "all", "random")
+
     def policies(self, params, env, config) -> dict:
-        """Behaviour cloning: sample a_t from the model given s_0..s_t and a_0..a_{t-1} of the
-        episode's last k steps (the paper's Fig. 8 rollouts)."""
-        return {"model_bc": ParamSource(BCPolicy(self), params, name="model_bc")}
+        """Behaviour cloning (`model_bc`): sample a_t from the model given s_0..s_t and
+        a_0..a_{t-1} of the episode's last k steps (the paper's Fig. 8 rollouts); and, per
+        `eval.target_returns`, reward-conditioned policies (`model@<R>`) that also see the
+        return-to-go tuple (R, 0) on the first step."""
+        out = {"model_bc": ParamSource(SnippetPolicy(self), params, name="model_bc")}
+        targets = tuple(config.eval.get("target_returns", ()))
+        regime = config.model.regime
+        if targets and regime not in self.RTG_REGIMES:
+            raise UserError(f"eval.target_returns asks for return-to-go conditioning, but "
+                            f"model.regime={regime!r} never shows the return-to-go in training "
+                            f"(regimes that do: {', '.join(self.RTG_REGIMES)})")
+        for target in targets:
+            name = f"model@{float(target):g}"
+            out[name] = ParamSource(SnippetPolicy(self, float(target)), params, name=name)
+        return out
 
 
 def _pooled(per_index) -> jax.Array:
@@ -252,17 +268,22 @@ def _pooled(per_index) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class BCPolicy:
-    """`ParamSource.build` of the behaviour-cloning policy. State: the last k (obs, action)
-    pairs, int32 `(k,)` each, and the count of steps taken this episode."""
+class SnippetPolicy:
+    """`ParamSource.build` of a policy that fills in the next action of its episode's snippet:
+    behaviour cloning, or reward-conditioned with the episode's target return `target` (shown
+    as the return-to-go tuple (target, 0)). State: the last k observations and actions, int32
+    `(k,)`, and rewards, float32 `(k,)`; the rewards of the steps that have slid out of the
+    snippet, and the count of steps taken this episode."""
 
     method: UniMask
+    target: float | None = None
 
     def __call__(self, params) -> Source:
         method, k = self.method, self.method.snippet_len
 
         def init(key, env_params):
             return dict(obs=jnp.zeros(k, jnp.int32), actions=jnp.zeros(k, jnp.int32),
+                        rewards=jnp.zeros(k, jnp.float32), collected=jnp.float32(0.0),
                         t=jnp.int32(0))
 
         def act(key, state, obs, env_state, env_params):
@@ -271,25 +292,73 @@ class BCPolicy:
             full = state["t"] >= k
             obs_buf = jnp.where(full, jnp.roll(state["obs"], -1), state["obs"]).at[slot].set(obs)
             act_buf = jnp.where(full, jnp.roll(state["actions"], -1), state["actions"])
+            conditioned = self.target is not None
+            # The return still to collect from the snippet's first step (the target less the
+            # rewards of the steps that have slid out), and that step's time.
+            first = jnp.maximum(state["t"] - (k - 1), 0)
+            collected = state["collected"] + jnp.where(full, state["rewards"][0], 0.0)
+            rewards = jnp.where(full, jnp.roll(state["rewards"], -1), state["rewards"])
+            rtg = jnp.float32(self.target if conditioned else 0.0) - collected
             snippet = Trajectories(
                 observations=obs_buf[None], actions=act_buf[None, :, None],
-                rewards=jnp.zeros((1, k)), returns_to_go=jnp.zeros((1, k)),
-                timesteps=jnp.zeros((1, k), jnp.int32), mask=jnp.ones((1, k), bool))
-            mask = jax.tree.map(lambda m: m[None], TASKS["behaviour_cloning"].mask(slot, k))
+                rewards=jnp.zeros((1, k)), returns_to_go=jnp.full((1, k), rtg),
+                timesteps=jnp.full((1, k), first, jnp.int32), mask=jnp.ones((1, k), bool))
+            task = "reward_conditioned" if conditioned else "behaviour_cloning"
+            mask = jax.tree.map(lambda m: m[None], TASKS[task].mask(slot, k))
             logits = method.apply(params, snippet, mask)[1][0, slot]
             action = jax.random.categorical(key, logits).astype(jnp.int32)
-            return action, dict(obs=obs_buf, actions=act_buf.at[slot].set(action), t=state["t"] + 1)
+            return action, dict(obs=obs_buf, actions=act_buf.at[slot].set(action),
+                                rewards=rewards, collected=collected, t=state["t"] + 1)
 
         def update(key, state, transition, env_params):
+            slot = jnp.minimum(state["t"] - 1, k - 1)  # the step just taken
+            state = dict(state, rewards=state["rewards"].at[slot].set(transition.reward))
             return jax.tree.map(lambda new, reset: jnp.where(transition.done, reset, new),
                                 state, init(key, env_params))
 
-        return Source(init, act, update, name="model_bc")
+        return Source(init, act, update, name="model_bc" if self.target is None else "model_rc")
 
 
-def regimes_index(names) -> np.ndarray:
-    """Regime names -> their indices, float32 (replica hyperparameters are float arrays)."""
-    return np.asarray([regime_index(n) for n in names], np.float32)
+def sample_past(method: UniMask, params, snippets: Trajectories, start: int, key: jax.Array,
+                next_observation) -> tuple[Trajectories, jax.Array]:
+    """Backward inference by sampling: given steps `start..k-1` of each snippet, draw steps
+    `start-1` down to 0, one at a time, each from the past-inference mask of what is known so
+    far, rejecting dynamics-inconsistent draws (App. E). The rejection is exact: a draw
+    (s_t, a_t) is kept only if `next_observation(s_t, a_t)` is the known s_{t+1}, and redrawing
+    until one passes samples the model's distribution restricted to the consistent pairs; we
+    sample that distribution directly by enumerating every (observation, action) pair (DoorKey:
+    256 x 4) instead of looping over draws.
+
+    Args:
+      snippets: `(B, k)` snippets; only steps `start..` are read.
+      next_observation: deterministic dynamics, obs ids int `(...)`, actions `(...)` -> ids.
+    Returns:
+      (the snippets with steps `0..start-1` sampled, the model's probability mass on
+      inconsistent pairs averaged over the sampled steps, float32 `()`: how often a plain draw
+      would have been rejected).
+    """
+    k = method.snippet_len
+    num_obs = int(np.prod(method.state_factors))
+    all_obs = jnp.repeat(jnp.arange(num_obs), method.num_actions)
+    all_actions = jnp.tile(jnp.arange(method.num_actions), num_obs)
+    factors = method.split_observation(all_obs)  # (P, F)
+    rejected = []
+    for t in range(start - 1, -1, -1):
+        mask = jax.tree.map(lambda m: jnp.broadcast_to(m, (snippets.actions.shape[0],) + m.shape),
+                            TASKS["past_inference"].mask(t + 1, k))
+        state_logits, action_logits = method.apply(params, snippets, mask)
+        splits = np.cumsum(method.state_factors)[:-1].tolist()
+        log_p = jnp.take(jax.nn.log_softmax(action_logits[:, t], -1), all_actions, axis=1)
+        for f, logits in enumerate(jnp.split(state_logits[:, t], splits, -1)):
+            log_p = log_p + jnp.take(jax.nn.log_softmax(logits, -1), factors[:, f], axis=1)
+        ok = next_observation(all_obs, all_actions)[None] == snippets.observations[:, t + 1, None]
+        rejected.append(1.0 - (jnp.exp(log_p) * ok).sum(-1).mean())
+        key, draw_key = jax.random.split(key)
+        pick = jax.random.categorical(draw_key, jnp.where(ok, log_p, -jnp.inf))
+        snippets = snippets.replace(
+            observations=snippets.observations.at[:, t].set(all_obs[pick]),
+            actions=snippets.actions.at[:, t, 0].set(all_actions[pick]))
+    return snippets, jnp.mean(jnp.stack(rejected)) if rejected else jnp.float32(0.0)
 
 
-__all__ = ["UniMask", "UniMaskNet", "BCPolicy", "REGIMES", "TASKS", "regimes_index"]
+__all__ = ["UniMask", "UniMaskNet", "SnippetPolicy", "REGIMES", "TASKS", "sample_past"]

@@ -1,0 +1,163 @@
+"""Uni[MASK]: masked inputs are invisible, attention is bidirectional, a tiny task is learnt,
+policies act, backward sampling respects the dynamics, the grid resumes; clear errors."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+import envs
+from envs.doorkey import DoorKey, cell_of
+from experiments.unimask.doorkey import get_config
+from icrl_jax import masking_grid, run
+from icrl_jax import train as T
+from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.sources import build_source
+from icrl_jax.errors import UnknownNameError, UserError
+from icrl_jax.methods.unimask import UniMask, sample_past
+from icrl_jax.methods.unimask_masks import TASKS
+
+K = 10
+
+
+def small_config(workdir, **overrides):
+    config = get_config("quick")
+    config.workdir = str(workdir)
+    config.model.d_model = 32
+    config.model.num_heads = 2
+    config.data.num_train_tasks = 64
+    config.data.num_test_tasks = 16
+    config.train.num_steps = 100
+    config.train.batch_size = 32
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".")
+        config[section][key] = value
+    return config
+
+
+@pytest.fixture(scope="module")
+def doorkey_data():
+    env = DoorKey(episode_length=K, terminate_at_goal=False)
+    source = build_source("noisy_rational", env, K, {})
+    history = generate_histories(env, source, env.task_params(jnp.arange(96)), K,
+                                 jax.random.key(0))
+    return env, history
+
+
+def test_hidden_tokens_do_not_change_predictions_and_attention_is_bidirectional(doorkey_data,
+                                                                               tmp_path):
+    env, history = doorkey_data
+    config = small_config(tmp_path)
+    method = UniMask(config.model, env, K)
+    episodes = method.episodes(history, env)
+    snippets = method.snippets(episodes)
+    params = method.init(jax.random.key(0), jax.tree.map(lambda x: x[:2], snippets))
+    mask = jax.tree.map(lambda m: jnp.broadcast_to(m, (snippets.actions.shape[0],) + m.shape),
+                        TASKS["behaviour_cloning"].mask(4, K))
+    out = method.apply(params, snippets, mask)
+    # Scramble everything hidden (states after step 4, actions from step 4, the return-to-go).
+    scrambled = snippets.replace(
+        observations=snippets.observations.at[:, 5:].set(7),
+        actions=snippets.actions.at[:, 4:].set(3),
+        returns_to_go=snippets.returns_to_go + 5.0)
+    for a, b in zip(out, method.apply(params, scrambled, mask)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # A visible later state changes an earlier token's output: not causal.
+    shown = mask._replace(state_in=mask.state_in.at[:, 9].set(True))
+    moved = method.apply(params, snippets.replace(observations=snippets.observations.at[:, 9].set(
+        (snippets.observations[:, 9] + 17) % 256)), shown)
+    base = method.apply(params, snippets, shown)
+    assert float(jnp.abs(moved[1][:, 0] - base[1][:, 0]).max()) > 1e-4
+
+
+def test_forward_dynamics_is_learnt_on_a_tiny_dataset(doorkey_data, tmp_path):
+    env, history = doorkey_data
+    config = small_config(tmp_path, **{"model.regime": "forward_dynamics",
+                                       "train.num_steps": 300, "train.learning_rate": 3e-3})
+    config.train.checkpoint_every = 300
+    method = UniMask(config.model, env, K)
+    data = method.training_data(history, config, env)
+    validation = method.snippets(method.episodes(history, env))
+    before = method.init(jax.random.key(1), data.example)
+    state = T.train(method, data, config.train, str(tmp_path), method.signature(config, env),
+                    seed=1, show_progress=False)
+    losses_before = method.task_losses(before, validation)
+    losses_after = method.task_losses(jax.tree.map(jnp.asarray, state.params), validation)
+    forward = list(TASKS).index("forward_dynamics")
+    # Deterministic dynamics: from ~log(16 * 16) = 5.5 nats to near zero.
+    assert float(losses_before[forward]) > 4.0
+    assert float(losses_after[forward]) < 0.5
+
+
+def test_policies_act_in_the_env_and_rtg_needs_an_rtg_regime(doorkey_data, tmp_path):
+    env, _ = doorkey_data
+    config = small_config(tmp_path)
+    config.eval.target_returns = (4.0,)
+    method = UniMask(config.model, env, K)
+    snippets = jax.tree.map(lambda x: x[:1], method.snippets(method.episodes(
+        doorkey_data[1], env)))
+    params = method.init(jax.random.key(0), snippets)
+    policies = method.policies(params, env, config)
+    assert set(policies) == {"model_bc", "model@4"}
+    layout = env.layout_params(jnp.full(8, cell_of(1, 4)), jnp.full(8, cell_of(2, 2)))
+    for policy in policies.values():
+        history = generate_histories(env, policy, layout, 2 * K, jax.random.key(2))
+        actions = np.asarray(history.actions)
+        assert actions.shape == (8, 2 * K) and actions.min() >= 0 and actions.max() < 4
+    config.model.regime = "behaviour_cloning"
+    with pytest.raises(UserError, match="never shows the return-to-go"):
+        method.policies(params, env, config)
+
+
+def test_backward_sampling_rejects_inconsistent_draws(doorkey_data, tmp_path):
+    env, history = doorkey_data
+    method = UniMask(small_config(tmp_path).model, env, K)
+    snippets = method.snippets(method.episodes(history, env))
+    params = method.init(jax.random.key(3), snippets)  # untrained: many draws are inconsistent
+    sampled, rejected = sample_past(method, params, snippets, 5, jax.random.key(4),
+                                    env.next_observation)
+    assert float(rejected) > 0.9  # near-uniform draws: rarely a consistent pair
+    nxt = env.next_observation(sampled.observations[:, :5], sampled.actions[:, :5, 0])
+    np.testing.assert_array_equal(nxt, sampled.observations[:, 1:6])  # all consistent
+    np.testing.assert_array_equal(sampled.observations[:, 5:], snippets.observations[:, 5:])
+
+
+def test_grid_end_to_end_resumes_and_checks_claims(tmp_path):
+    config = small_config(tmp_path / "grid")
+    config.grid.regimes = ("behaviour_cloning", "forward_dynamics", "random")
+    config.grid.num_seeds = 2
+    config.grid.eval_every = 50
+    config.train.steps_per_call = 50
+    config.grid.finetune_steps = 50
+    config.grid.finetune_eval_every = 50
+    config.grid.mlp_regimes = ("random",)
+    config = run.resolve_config(config)
+    first = run.report(config)
+    for name in ("heatmap.png", "heatmap_raw.png", "heatmap.json"):
+        assert os.path.exists(os.path.join(config.workdir, name))
+    assert first["rows"] == ["behaviour_cloning", "forward_dynamics", "random",
+                             "random+finetune", "(MLP) random"]
+    assert np.asarray(first["losses"]["random"]).shape == (2, 8)
+    np.testing.assert_allclose(first["normalised"]["random+finetune"], 1.0)
+    assert set(first["claims"]) == {"random_within_15pct_of_best_single_task",
+                                    "bc_several_times_worse_than_random_on_dynamics_and_inference",
+                                    "finetune_at_least_as_good_as_single_task"}
+    again = run.report(config)  # everything is saved: no training, the same numbers
+    assert again["losses"] == first["losses"]
+    with open(os.path.join(config.workdir, "heatmap.json")) as f:
+        assert json.load(f)["losses"] == first["losses"]
+
+
+def test_clear_errors(doorkey_data, tmp_path):
+    env, history = doorkey_data
+    config = small_config(tmp_path)
+    with pytest.raises(UnknownNameError, match="masking scheme"):
+        UniMask(ml_collections.ConfigDict(dict(config.model.to_dict(), regime="bc")), env, K)
+    with pytest.raises(UserError, match="too few for one snippet"):
+        UniMask(config.model, env, 12).training_data(history, config, env)
+    with pytest.raises(UserError, match="discrete states and actions"):
+        UniMask(config.model, envs.make("point_maze"), K)
