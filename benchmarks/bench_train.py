@@ -43,7 +43,7 @@ from icrl_jax.models.transformer import count_params, default_transformer_config
 from icrl_jax.data.dataset import sample_windows  # noqa: E402
 from icrl_jax.data.train_data import on_device  # noqa: E402
 from icrl_jax.train import (data_mesh, default_train_config, init_state, make_optimizer,  # noqa: E402
-                            make_train_steps)
+                            make_train_steps, state_sharding)
 
 # Dense tensor-core peaks (FLOP/s), from the vendors' datasheets (without sparsity): TF32 (what
 # float32 matmuls run as under JAX's default precision) and bf16.
@@ -90,39 +90,91 @@ def benchmark_model(layers, d_model, heads, batch, context, precision="fp32"):
     return AD(config, 5, 81), train_config
 
 
-def measure(layers, d_model, heads, batch, context, calls, precision="fp32"):
-    method, train_config = benchmark_model(layers, d_model, heads, batch, context, precision)
+def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=None):
+    """Seconds per jitted call of `train_config.steps_per_call` steps (compile excluded), and
+    the final state. `num_replicas` > 0: that many vmapped replicas (`hyper` per replica)."""
     mesh = data_mesh()
-    train_data = on_device(jax.device_put(synthetic_data(t=max(1000, context))), sample_windows,
-                           context)
+    replicas = num_replicas > 0
+    if replicas:
+        keys = jax.random.split(jax.random.PRNGKey(0), num_replicas)
+        state = jax.vmap(lambda k, h: init_state(build, train_data, k, h))(keys, hyper)
+        seed = keys
+    else:
+        state = init_state(build, train_data, jax.random.PRNGKey(0))
+        seed = jax.random.PRNGKey(1)
+    state = jax.device_put(state, state_sharding(mesh, replicas, num_replicas))
+    train_steps = make_train_steps(build, train_data, train_config, mesh, replicas, num_replicas)
     data = train_data.arrays
-    optimizer = make_optimizer(train_config)
-    build = lambda _: (method, optimizer)  # noqa: E731
-    state = jax.device_put(init_state(build, train_data, jax.random.PRNGKey(0)),
-                           jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-    train_steps = make_train_steps(build, train_data, train_config, mesh)
-    key = jax.random.PRNGKey(1)
-
-    def step(state, data, key):
-        return train_steps(state, data, key, None)
-
-    state, metrics = step(state, data, key)  # compile
+    state, metrics = train_steps(state, data, seed, hyper)  # compile
     jax.block_until_ready(metrics)
     start = time.perf_counter()
     for _ in range(calls):
-        state, metrics = step(state, data, key)
+        state, metrics = train_steps(state, data, seed, hyper)
     jax.block_until_ready(metrics)
-    seconds = time.perf_counter() - start
-    tokens = calls * 10 * batch * context
-    params = state.params
+    return (time.perf_counter() - start) / calls, state
+
+
+def _throughput(seconds_per_call, state, steps, batch, context, layers, d_model, replicas=1):
+    params = jax.tree.map(lambda x: x[0], state.params) if replicas > 1 else state.params
     embedding = sum(int(np.size(x)) for path, x in jax.tree_util.tree_leaves_with_path(params)
                     if "position_embedding" in jax.tree_util.keystr(path)
                     or "table" in jax.tree_util.keystr(path) or "'action'" in jax.tree_util.keystr(path))
     n_nonembedding = count_params(params) - embedding
     flops = flops_per_token(n_nonembedding, layers, d_model, context)
-    return dict(tokens_per_s=tokens / seconds, steps_per_s=calls * 10 / seconds,
-                params=count_params(params), flops_per_token=flops,
-                model_flops_per_s=tokens / seconds * flops)
+    tokens = steps * batch * context * replicas / seconds_per_call
+    return dict(tokens_per_s=tokens, steps_per_s=steps / seconds_per_call,
+                params=count_params(params), flops_per_token=flops, model_flops_per_s=tokens * flops)
+
+
+def measure(layers, d_model, heads, batch, context, calls, precision="fp32"):
+    """The AD transformer on synthetic learning histories."""
+    method, train_config = benchmark_model(layers, d_model, heads, batch, context, precision)
+    train_data = on_device(jax.device_put(synthetic_data(t=max(1000, context))), sample_windows,
+                           context)
+    optimizer = make_optimizer(train_config)
+    seconds, state = _time_calls(lambda _: (method, optimizer), train_data, train_config, calls)
+    return _throughput(seconds, state, 10, batch, context, layers, d_model)
+
+
+def measure_unimask(num_replicas, calls, precision="fp32"):
+    """Uni[MASK]'s quick grid step: `num_replicas` DoorKey models (every regime x seeds) vmapped
+    side by side, as `icrl-jax report --config experiments/unimask/doorkey.py:quick` trains them."""
+    import ml_collections
+
+    import envs
+    from experiments.unimask.doorkey import REGIMES, get_config
+    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.sources import build_source
+    from icrl_jax.methods.unimask import UniMask
+    from icrl_jax.methods.unimask_masks import regime_index
+    from icrl_jax.train import replica_hyperparameters
+
+    config = get_config("quick")
+    config.train.steps_per_call = 10
+    config.train.compute_dtype = precision
+    env = envs.make(config.env.name, **config.env.kwargs.to_dict())
+    history = generate_histories(env, build_source("noisy_rational", env, 10, {}),
+                                 env.task_params(np.arange(500)), 10, jax.random.PRNGKey(0))
+    k = int(config.train.seq_len)
+    data = UniMask(config.model, env, k).training_data(history, config, env)
+    rows = [{"model.regime": regime_index(REGIMES[i % len(REGIMES)])}
+            for i in range(num_replicas)]
+    hyper = replica_hyperparameters(config, rows)
+    hyper["model.regime"] = jax.numpy.asarray([r["model.regime"] for r in rows], np.float32)
+
+    def build(h):
+        model = dict(config.model.to_dict(), regime=h["model.regime"])
+        return UniMask(ml_collections.ConfigDict(model), env, k), make_optimizer(config.train, h)
+
+    seconds, state = _time_calls(build, data, config.train, calls, num_replicas, hyper)
+    return _throughput(seconds, state, 10, int(config.train.batch_size), k,
+                       int(config.model.num_layers), int(config.model.d_model), num_replicas)
+
+
+def _row(name, shape, batch, params, r, peak) -> str:
+    mfu = f"{100 * r['model_flops_per_s'] / peak:.0f}%" if peak else "n/a (no known peak)"
+    return (f"| {name} | {shape} | {batch} | {params} | {r['tokens_per_s']:,.0f} "
+            f"| {r['steps_per_s']:.2f} | {r['model_flops_per_s'] / 1e9:,.1f} | {mfu} |")
 
 
 def main():
@@ -151,11 +203,14 @@ def main():
             continue
         calls = (3 if name.startswith("small") else 1) if device.platform == "cpu" else 20
         r = measure(layers, d, heads, batch, context, calls, args.precision)
-        mfu = f"{100 * r['model_flops_per_s'] / peak:.0f}%" if peak else "n/a (no known peak)"
-        rows.append(f"| {name} | {layers}x{d}, {heads} heads | {batch}x{context} | {r['params']:,} "
-                    f"| {r['tokens_per_s']:,.0f} | {r['steps_per_s']:.2f} "
-                    f"| {r['model_flops_per_s'] / 1e9:,.1f} | {mfu} |")
+        rows.append(_row(name, f"{layers}x{d}, {heads} heads", f"{batch}x{context}",
+                         f"{r['params']:,}", r, peak))
         print(rows[-1], flush=True)
+    # The Uni[MASK] quick grid: 10 regimes x 3 seeds trained as vmapped replicas.
+    r = measure_unimask(30, 3 if device.platform == "cpu" else 20, args.precision)
+    rows.append(_row("Uni[MASK] DoorKey quick grid (30 vmapped replicas)", "2x64, 4 heads",
+                     "30x100x10", f"{r['params']:,} each", r, peak))
+    print(rows[-1], flush=True)
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:

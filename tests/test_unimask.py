@@ -135,13 +135,18 @@ def test_grid_end_to_end_resumes_and_checks_claims(tmp_path):
     config.grid.finetune_steps = 50
     config.grid.finetune_eval_every = 50
     config.grid.mlp_regimes = ("random",)
+    config.grid.dt_regimes = ("behaviour_cloning",)
     config = run.resolve_config(config)
     first = run.report(config)
     for name in ("heatmap.png", "heatmap_raw.png", "heatmap.json"):
         assert os.path.exists(os.path.join(config.workdir, name))
     assert first["rows"] == ["behaviour_cloning", "forward_dynamics", "random",
-                             "random+finetune", "(MLP) random"]
+                             "random+finetune", "(MLP) random", "(DT) behaviour_cloning"]
     assert np.asarray(first["losses"]["random"]).shape == (2, 8)
+    dt = first["mean"]["(DT) behaviour_cloning"]
+    assert dt[0] > 0 and dt[1] > 0 and dt[2:] == [None] * 6  # BC and RC columns only
+    assert first["backward_inference"]["consistent_after_rejection"] == 1.0
+    assert os.path.exists(os.path.join(config.workdir, "rollouts.png"))
     np.testing.assert_allclose(first["normalised"]["random+finetune"], 1.0)
     assert set(first["claims"]) == {"random_within_15pct_of_best_single_task",
                                     "bc_several_times_worse_than_random_on_dynamics_and_inference",

@@ -56,7 +56,7 @@ PRESETS = {
         "train.batch_size": 100, "train.learning_rate": 1e-3, "train.warmup_steps": 50,
         "train.num_steps": 2000, "grid.epochs": 0, "grid.num_seeds": 3, "grid.eval_every": 250,
         "grid.overrides": {}, "grid.finetune_steps": 500, "grid.finetune_eval_every": 250,
-        "grid.finetune_learning_rate": 2e-4, "grid.mlp_overrides": {},
+        "grid.finetune_learning_rate": 2e-4, "grid.mlp_overrides": {}, "grid.dt_overrides": {},
         "data.num_test_tasks": 100,
     },
 }
@@ -105,6 +105,11 @@ def get_config(preset: str = ""):
         finetune_learning_rate=1e-5,
         finetune_steps=6000,
         finetune_eval_every=500,
+        # Decision Transformer baseline (methods/dt.py): BC without and RC with return-to-go;
+        # Table 2's DT: batch 250, embedding 32, width 128, 3 layers, 8 heads.
+        dt_regimes=("behaviour_cloning", "reward_conditioned"),
+        dt_overrides={"train": {"batch_size": 250},
+                      "model": {"d_model": 32, "mlp_ratio": 4, "num_layers": 3, "num_heads": 8}},
         mlp_regimes=("behaviour_cloning", "random"),
         # Table 2's MLPs (3 hidden layers of 128); the first batch size (100, BC) for both.
         mlp_overrides={"model": {"mlp_layers": 3, "mlp_width": 128, "d_model": 32,

@@ -19,7 +19,9 @@ Rule for the components of a multi-discrete action (`model.action_prediction`):
 Timestep encoding (`model.timestep_encoding`): "timestep" (a learned embedding of the episode
 timestep added to every token of the step, as in the DT paper), "position" (the backbone's own
 `position` encoding over token positions) or "none" (M-SAT's no-PE ablation).
-Returns-to-go enter divided by `model.rtg_scale`. Padding steps are masked out of attention and
+Returns-to-go enter divided by `model.rtg_scale`, and multiplied by `model.return_conditioned`
+(1 by default; 0 trains a DT for behaviour cloning, without return-to-go: Uni[MASK]'s DT-BC
+baseline; it may be a traced per-replica value). Padding steps are masked out of attention and
 of the loss.
 
 Pixel states: uint8 image observations `(B, L, H, W, C)` are embedded by
@@ -252,6 +254,7 @@ class DecisionTransformer(Method):
         self.action_dims = tuple(int(d) for d in action_dims)
         self.context_len = int(context_len)
         self.rtg_scale = float(model_config.rtg_scale)
+        self.return_conditioned = model_config.get("return_conditioned", 1.0)
         encoding = model_config.timestep_encoding
         if encoding not in TIMESTEP_ENCODINGS:
             raise ValueError(f"model.timestep_encoding must be one of {TIMESTEP_ENCODINGS}, "
@@ -290,7 +293,8 @@ class DecisionTransformer(Method):
               key: jax.Array | None = None, return_attention: bool = False):
         """Model outputs for a batch of windows (see `DTModel.__call__`)."""
         rngs = {"dropout": key} if key is not None else {}
-        return self.model.apply({"params": params}, batch.returns_to_go / self.rtg_scale,
+        returns = batch.returns_to_go / self.rtg_scale * self.return_conditioned
+        return self.model.apply({"params": params}, returns,
                                  batch.observations, batch.actions, batch.timesteps, batch.mask,
                                  deterministic=deterministic, return_attention=return_attention,
                                  rngs=rngs)
