@@ -100,6 +100,11 @@ class EnvSpec:
         ids int `(...)`, actions int `(...)` -> the next ids."""
         raise TypeError(f"{type(self).__name__} has no deterministic observation dynamics")
 
+    def goal_observation(self, obs: jax.Array) -> jax.Array:
+        """The observation of having reached the goal the observation `obs` shows (envs whose
+        observation carries their goal: goal-conditioned policies condition on it)."""
+        raise TypeError(f"{type(self).__name__}'s observations do not show a goal")
+
     def split_action(self, action: jax.Array) -> jax.Array:
         """Flat action int `(...)` -> components int32 `(..., len(action_dims))`."""
         return jnp.asarray(action, jnp.int32)[..., None]

@@ -164,5 +164,5 @@ def test_clear_errors(doorkey_data, tmp_path):
         UniMask(ml_collections.ConfigDict(dict(config.model.to_dict(), regime="bc")), env, K)
     with pytest.raises(UserError, match="too few for one snippet"):
         UniMask(config.model, env, 12).training_data(history, config, env)
-    with pytest.raises(UserError, match="discrete states and actions"):
-        UniMask(config.model, envs.make("point_maze"), K)
+    with pytest.raises(UserError, match="not a mix"):
+        UniMask(config.model, envs.make("darkroom", pixels=True), K)

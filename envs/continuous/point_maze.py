@@ -337,6 +337,11 @@ class PointMaze(ICRLEnv):
             params = self.default_params
         return jnp.concatenate([state.pos, state.vel, params.goal]).astype(jnp.float32)
 
+    def goal_observation(self, obs: jax.Array) -> jax.Array:
+        """The observation `(6,)` of the point at rest on the goal that `obs` shows."""
+        goal = obs[..., 4:6]
+        return jnp.concatenate([goal, jnp.zeros_like(goal), goal], -1)
+
     def reset_env(self, key, params):
         noise = jax.random.uniform(key, (2,), jnp.float32, -1.0, 1.0) * params.reset_noise
         state = PointMazeState(pos=params.start + noise, vel=jnp.zeros(2, jnp.float32),

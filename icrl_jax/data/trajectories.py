@@ -115,6 +115,29 @@ def sample_trajectory_windows(data: Trajectories, key: jax.Array, batch_size: in
     return jax.vmap(window_of)(rows, starts)
 
 
+def full_window_starts(mask: np.ndarray, window: int) -> np.ndarray:
+    """(episode, start) of every window of `window` real steps in right-padded episodes with
+    real-step `mask` bool `(N, T)`, int32 `(M, 2)`."""
+    lengths = np.asarray(mask).sum(1)
+    return np.array([(n, s) for n, length in enumerate(lengths)
+                     for s in range(int(length) - window + 1)], np.int32).reshape(-1, 2)
+
+
+def sample_listed_windows(data: tuple[Trajectories, jax.Array], key: jax.Array, batch_size: int,
+                          window: int) -> Trajectories:
+    """`batch_size` windows, uniform over the listed (episode, start) pairs of `data` =
+    (episodes, `full_window_starts(...)`), on device: whole real steps of episodes of any
+    lengths. Returns `Trajectories` with `(B, K, ...)`."""
+    episodes, starts = data
+    picks = starts[jax.random.randint(key, (batch_size,), 0, starts.shape[0])]
+
+    def window_of(row, start):
+        return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x[row], start, window, 0),
+                            episodes)
+
+    return jax.vmap(window_of)(picks[:, 0], picks[:, 1])
+
+
 def noisy_expert(env, num_steps: int, eps_start: float = 1.0, eps_end: float = 0.0,
                  decay_fraction: float = 1.0) -> sources.Source:
     """Source acting like `env.expert_action` with prob 1 - eps, else uniformly at random.

@@ -13,6 +13,9 @@ the predicted tokens (`methods/unimask_masks.py`), action and state parts weight
 The training regime (`model.regime`: a name in `unimask_masks.REGIMES`, or its index, which may
 be traced so that replicas of different regimes train in one vmapped program) picks the masks.
 
+Continuous states and actions (the point maze, App. H) enter as vectors, the action head ends in
+tanh, and the losses are squared errors (the paper's L2).
+
 Shapes: B snippets, k steps, F state factors (DoorKey: agent cell and key cell, 16 values each),
 A actions.
 """
@@ -30,7 +33,9 @@ import numpy as np
 from icrl_jax.data.history import History
 from icrl_jax.data.sources import ParamSource, Source
 from icrl_jax.data.train_data import TrainData, on_device
-from icrl_jax.data.trajectories import Trajectories, episodes_from_history, sample_trajectory_windows
+from icrl_jax.data.minari_io import MinariEpisodes
+from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, full_window_starts,
+                                        sample_listed_windows, sample_trajectory_windows)
 from icrl_jax.errors import UserError
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
@@ -41,11 +46,11 @@ BACKBONES = ("transformer", "mlp")
 
 
 class UniMaskNet(nn.Module):
-    """Snippet `(B, k)` tokens -> (state-factor logits `(B, k, sum(F))`, action logits
-    `(B, k, A)`)."""
+    """Snippet `(B, k)` tokens -> (state outputs `(B, k, state_out)`, action outputs
+    `(B, k, action_out)`): logits of each categorical factor side by side, or vectors."""
 
-    state_factors: tuple[int, ...]
-    num_actions: int
+    state_out: int
+    action_out: int
     d_model: int
     backbone: nn.Module | None  # the shared Transformer, or None for the MLP baseline
     mlp_layers: int = 3
@@ -54,18 +59,16 @@ class UniMaskNet(nn.Module):
 
     @nn.compact
     def __call__(self, states, actions, rtg, mask: Mask, deterministic: bool = True):
-        """states int32 `(B, k, F)`; actions int32 `(B, k)`; rtg float32 `(B, 2)`; `mask` fields
-        `(B, k)` (rtg_in `(B,)`)."""
-        batch, k = actions.shape
+        """states float32 `(B, k, Ds)` and actions `(B, k, Da)` (one-hot factors or vectors);
+        rtg float32 `(B, 2)`; `mask` fields `(B, k)` (rtg_in `(B,)`)."""
+        batch, k = actions.shape[:2]
         s_in = mask.state_in[..., None].astype(jnp.float32)
         a_in = mask.action_in[..., None].astype(jnp.float32)
         first = (jnp.arange(k) == 0)[None, :, None]
         r_in = (mask.rtg_in[:, None, None] & first).astype(jnp.float32)
-        parts = [jax.nn.one_hot(states[..., f], n) * s_in for f, n in enumerate(self.state_factors)]
-        parts += [jax.nn.one_hot(actions, self.num_actions) * a_in,
-                  jnp.broadcast_to(rtg[:, None, :], (batch, k, rtg.shape[-1])) * r_in,
-                  s_in, a_in, r_in]
-        x = jnp.concatenate(parts, -1)
+        x = jnp.concatenate([states * s_in, actions * a_in,
+                             jnp.broadcast_to(rtg[:, None, :], (batch, k, rtg.shape[-1])) * r_in,
+                             s_in, a_in, r_in], -1)
         if self.backbone is not None:
             h = self.backbone(nn.Dense(self.d_model, name="embed")(x), deterministic=deterministic)
         else:  # the MLP baseline sees the whole flattened snippet and emits all k outputs
@@ -74,8 +77,8 @@ class UniMaskNet(nn.Module):
                 h = nn.relu(nn.Dense(self.mlp_width, name=f"mlp_{i}")(h))
                 h = Dropout(self.dropout)(h, deterministic=deterministic)
             h = nn.Dense(k * self.d_model, name="mlp_out")(h).reshape(batch, k, self.d_model)
-        return (nn.Dense(sum(self.state_factors), name="state_head")(h),
-                nn.Dense(self.num_actions, name="action_head")(h))
+        return (nn.Dense(self.state_out, name="state_head")(h),
+                nn.Dense(self.action_out, name="action_head")(h))
 
 
 def token_cross_entropy(logits: jax.Array, targets: jax.Array, sizes: tuple[int, ...]) -> jax.Array:
@@ -121,19 +124,23 @@ class UniMask(Method):
                     snippet_len=int(config.train.seq_len))
 
     def __init__(self, model_config, env, snippet_len: int, pretrained=None):
-        if env.continuous_actions or not env.discrete_observations:
-            raise UserError("unimask is built for discrete states and actions (DoorKey); "
-                            f"{type(env).__name__} is not")
+        if env.continuous_actions != (not env.discrete_observations):
+            raise UserError("unimask models discrete states and actions (DoorKey) or continuous "
+                            f"ones (the point maze), not a mix ({type(env).__name__})")
         if model_config.backbone not in BACKBONES:
             raise UserError(f"model.backbone must be one of {BACKBONES}, "
                             f"got {model_config.backbone!r}")
         regime = model_config.regime
         self.regime = regime_index(regime) if isinstance(regime, str) else regime
         self.snippet_len = int(snippet_len)
+        self.continuous = bool(env.continuous_actions)
         self.state_factors = tuple(int(n) for n in env.observation_factors)
         self.split_observation = env.split_observation
         self.join_observation = env.join_observation
         self.num_actions = int(env.num_actions)
+        self.state_dim = (int(np.prod(env.observation_shape)) if self.continuous
+                          else sum(self.state_factors))
+        self.action_dim = int(env.action_dim) if self.continuous else self.num_actions
         self.rtg_scale = float(model_config.rtg_scale)
         self.max_timestep = float(model_config.max_timestep)
         self.action_weight = model_config.action_weight
@@ -144,17 +151,27 @@ class UniMask(Method):
         if model_config.backbone == "transformer":
             backbone = Transformer.from_config(model_config, causal=False, position="learned",
                                                max_len=self.snippet_len)
-        self.model = UniMaskNet(self.state_factors, self.num_actions, int(model_config.d_model),
+        self.model = UniMaskNet(self.state_dim, self.action_dim, int(model_config.d_model),
                                 backbone, int(model_config.mlp_layers),
                                 int(model_config.mlp_width), model_config.residual_dropout)
 
     # -- data -------------------------------------------------------------------------------
 
     def training_data(self, dataset, config, env) -> TrainData:
-        """Whole-step snippets of k steps cut from fixed-length episodes (never padded: a
-        snippet the episodes cannot supply is an error)."""
+        """Snippets of k real steps (never padded: a snippet length the episodes cannot supply
+        is an error): from fixed-length episodes of learning histories (DoorKey), or from the
+        episodes of any lengths of a Minari dataset (the point maze)."""
+        if isinstance(dataset, MinariEpisodes):
+            episodes = dataset.to_trajectories()
+            starts = full_window_starts(np.asarray(episodes.mask), self.snippet_len)
+            if not len(starts):
+                raise UserError(f"train.seq_len={self.snippet_len}: no episode of the dataset "
+                                f"has that many steps (longest {int(dataset.lengths.max())})")
+            return on_device((episodes, jnp.asarray(starts)), sample_listed_windows,
+                             self.snippet_len)
         if not isinstance(dataset, History):
-            raise TypeError(f"unimask trains on learning histories, got {type(dataset).__name__}")
+            raise TypeError(f"unimask trains on learning histories or a Minari dataset, got "
+                            f"{type(dataset).__name__}")
         episodes = self.episodes(dataset, env)
         if episodes.length < self.snippet_len:
             raise UserError(f"train.seq_len={self.snippet_len}: the dataset's episodes have "
@@ -164,28 +181,57 @@ class UniMask(Method):
     def episodes(self, history: History, env) -> Trajectories:
         return episodes_from_history(history, env.episode_length)
 
-    def snippets(self, episodes: Trajectories) -> Trajectories:
-        """Every k-step window of every episode, `(N * (T - k + 1), k, ...)` (validation)."""
-        k, length = self.snippet_len, episodes.length
-        if length < k:
-            raise UserError(f"episodes of {length} steps cannot supply snippets of {k} steps")
-        windows = [jax.tree.map(lambda x: x[:, s:s + k], episodes) for s in range(length - k + 1)]
-        return jax.tree.map(lambda *xs: jnp.concatenate(xs, 0), *windows)
+    def snippets(self, episodes: Trajectories, limit: int | None = None) -> Trajectories:
+        """Every window of k real steps of every episode (validation), `(M, k, ...)`; the first
+        `limit` of them if given."""
+        starts = full_window_starts(np.asarray(episodes.mask), self.snippet_len)[:limit]
+        if not len(starts):
+            raise UserError(f"no episode can supply snippets of {self.snippet_len} steps")
+        return jax.vmap(lambda r, s: jax.tree.map(
+            lambda x: jax.lax.dynamic_slice_in_dim(x[r], s, self.snippet_len, 0), episodes))(
+            jnp.asarray(starts[:, 0]), jnp.asarray(starts[:, 1]))
 
     # -- model ------------------------------------------------------------------------------
 
     def inputs(self, batch: Trajectories):
-        """(states `(B, k, F)`, actions `(B, k)`, rtg tuple `(B, 2)`) of snippets."""
-        states = self.split_observation(batch.observations)
+        """(state features `(B, k, Ds)`, action features `(B, k, Da)`, rtg tuple `(B, 2)`):
+        one-hot factors of discrete states and actions, continuous ones as they are."""
         rtg = jnp.stack([batch.returns_to_go[:, 0] / self.rtg_scale,
                          batch.timesteps[:, 0].astype(jnp.float32) / self.max_timestep], -1)
-        return states, batch.actions[..., 0], rtg
+        if self.continuous:
+            states = batch.observations.reshape(batch.observations.shape[:2] + (-1,))
+            return states.astype(jnp.float32), batch.actions.astype(jnp.float32), rtg
+        factors = self.split_observation(batch.observations)
+        states = jnp.concatenate([jax.nn.one_hot(factors[..., f], n)
+                                  for f, n in enumerate(self.state_factors)], -1)
+        return states, jax.nn.one_hot(batch.actions[..., 0], self.num_actions), rtg
 
     def apply(self, params, batch: Trajectories, mask: Mask, deterministic: bool = True,
               key: jax.Array | None = None):
         rngs = {"dropout": key} if key is not None else {}
-        return self.model.apply({"params": params}, *self.inputs(batch), mask,
-                                deterministic=deterministic, rngs=rngs)
+        state_out, action_out = self.model.apply({"params": params}, *self.inputs(batch), mask,
+                                                 deterministic=deterministic, rngs=rngs)
+        if self.continuous:  # actions live in [-1, 1], as DT's continuous head
+            action_out = jnp.tanh(action_out)
+        return state_out, action_out
+
+    def token_errors(self, params, batch: Trajectories, mask: Mask, deterministic: bool = True,
+                     key: jax.Array | None = None):
+        """Per token, float32 `(B, k)`: the state error and the action error (cross entropy,
+        summed over a discrete state's factors; squared error, averaged over dimensions, for
+        continuous ones: the paper's L2 loss), and whether the action's argmax is right (1 -
+        squared error, a progress readout, for continuous actions)."""
+        state_out, action_out = self.apply(params, batch, mask, deterministic, key)
+        state_out, action_out = state_out.astype(jnp.float32), action_out.astype(jnp.float32)
+        states, actions, _ = self.inputs(batch)
+        if self.continuous:
+            action_err = ((action_out - actions) ** 2).mean(-1)
+            return ((state_out - states) ** 2).mean(-1), action_err, 1.0 - action_err
+        factors = self.split_observation(batch.observations)
+        state_err = token_cross_entropy(state_out, factors, self.state_factors)
+        targets = batch.actions[..., :1]
+        action_err = token_cross_entropy(action_out, targets, (self.num_actions,))
+        return state_err, action_err, jnp.argmax(action_out, -1) == targets[..., 0]
 
     def init(self, key: jax.Array, example: Trajectories):
         if self.pretrained is not None:
@@ -197,15 +243,11 @@ class UniMask(Method):
 
     def losses(self, params, batch: Trajectories, mask: Mask, deterministic: bool = True,
                key: jax.Array | None = None) -> dict[str, jax.Array]:
-        """Mean cross entropy of the predicted action tokens and of the predicted state tokens
-        (factors summed), each over the batch's predicted tokens of that kind (0 if none)."""
-        state_logits, action_logits = self.apply(params, batch, mask, deterministic, key)
-        states, actions, _ = self.inputs(batch)
-        state_ce = token_cross_entropy(state_logits, states, self.state_factors)
-        action_ce = token_cross_entropy(action_logits, actions[..., None], (self.num_actions,))
-        correct = jnp.argmax(action_logits, -1) == actions
-        return dict(state_loss=masked_mean(state_ce, mask.state_pred),
-                    action_loss=masked_mean(action_ce, mask.action_pred),
+        """Mean error of the predicted action tokens and of the predicted state tokens, each
+        over the batch's predicted tokens of that kind (0 if none)."""
+        state_err, action_err, correct = self.token_errors(params, batch, mask, deterministic, key)
+        return dict(state_loss=masked_mean(state_err, mask.state_pred),
+                    action_loss=masked_mean(action_err, mask.action_pred),
                     accuracy=masked_mean(correct, mask.action_pred))
 
     def loss(self, params, batch: Trajectories, key: jax.Array):
@@ -231,13 +273,10 @@ class UniMask(Method):
     def _under_mask(self, params, snippets: Trajectories, mask: Mask):
         batch_mask = jax.tree.map(lambda m: jnp.broadcast_to(m, (snippets.actions.shape[0],)
                                                               + m.shape), mask)
-        state_logits, action_logits = self.apply(params, snippets, batch_mask)
-        states, actions, _ = self.inputs(snippets)
-        state_ce = token_cross_entropy(state_logits, states, self.state_factors)
-        action_ce = token_cross_entropy(action_logits, actions[..., None], (self.num_actions,))
+        state_err, action_err, _ = self.token_errors(params, snippets, batch_mask)
         s_w = batch_mask.state_pred.astype(jnp.float32)
         a_w = batch_mask.action_pred.astype(jnp.float32)
-        return (state_ce * s_w).sum(), s_w.sum(), (action_ce * a_w).sum(), a_w.sum()
+        return (state_err * s_w).sum(), s_w.sum(), (action_err * a_w).sum(), a_w.sum()
 
     # -- acting -----------------------------------------------------------------------------
 
@@ -250,6 +289,9 @@ class UniMask(Method):
         `eval.target_returns`, reward-conditioned policies (`model@<R>`) that also see the
         return-to-go tuple (R, 0) on the first step."""
         out = {"model_bc": ParamSource(SnippetPolicy(self), params, name="model_bc")}
+        if config.eval.get("goal_conditioned", False):
+            out["model_goal"] = ParamSource(SnippetPolicy(self, goal_observation=env.goal_observation),
+                                            params, name="model_goal")
         targets = tuple(config.eval.get("target_returns", ()))
         regime = config.model.regime
         if targets and regime not in self.RTG_REGIMES:
@@ -269,54 +311,93 @@ def _pooled(per_index) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SnippetPolicy:
-    """`ParamSource.build` of a policy that fills in the next action of its episode's snippet:
-    behaviour cloning, or reward-conditioned with the episode's target return `target` (shown
-    as the return-to-go tuple (target, 0)). State: the last k observations and actions, int32
-    `(k,)`, and rewards, float32 `(k,)`; the rewards of the steps that have slid out of the
-    snippet, and the count of steps taken this episode."""
+    """`ParamSource.build` of a policy that fills in the next action of its episode's snippet.
+
+    Modes:
+    * behaviour cloning (default): the snippet's states so far and earlier actions;
+    * reward-conditioned (`target` set): also the return-to-go tuple (R, t0) of the snippet's
+      first step, R the episode's target less the rewards of the steps that have slid out. The
+      target is `target`, or with `reference` = (initial observations `(N, D)`, returns `(N,)`)
+      of a dataset, `target` times the return of the dataset episode whose initial observation
+      is nearest the episode's own (Uni[MASK] App. H: 1.1 x R);
+    * goal-conditioned (`goal`): the last slot holds `goal_observation(obs)`, the goal as a
+      state, so the history keeps k - 1 steps.
+
+    State: the last k observations, actions and rewards, the rewards that have slid out, the
+    episode's target, and the count of steps taken this episode.
+    """
 
     method: UniMask
     target: float | None = None
+    reference: tuple[np.ndarray, np.ndarray] | None = None
+    goal_observation: Any = None
 
     def __call__(self, params) -> Source:
         method, k = self.method, self.method.snippet_len
+        history = k - 1 if self.goal_observation is not None else k
+        conditioned = self.target is not None
+        task = ("goal_conditioned" if self.goal_observation is not None else
+                "reward_conditioned" if conditioned else "behaviour_cloning")
+        continuous = method.continuous
 
         def init(key, env_params):
-            return dict(obs=jnp.zeros(k, jnp.int32), actions=jnp.zeros(k, jnp.int32),
+            obs_shape = (method.state_dim,) if continuous else ()
+            return dict(obs=jnp.zeros((k,) + obs_shape, jnp.float32 if continuous else jnp.int32),
+                        actions=(jnp.zeros((k, method.action_dim), jnp.float32) if continuous
+                                 else jnp.zeros((k, 1), jnp.int32)),
                         rewards=jnp.zeros(k, jnp.float32), collected=jnp.float32(0.0),
-                        t=jnp.int32(0))
+                        target=jnp.float32(0.0), t=jnp.int32(0))
+
+        def episode_target(obs):
+            if self.reference is None:
+                return jnp.float32(self.target)
+            starts, returns = (jnp.asarray(x) for x in self.reference)
+            nearest = jnp.argmin(((starts - obs.reshape(1, -1)) ** 2).sum(-1))
+            return jnp.float32(self.target) * returns[nearest]
 
         def act(key, state, obs, env_state, env_params):
-            slot = jnp.minimum(state["t"], k - 1)
-            # Past k steps, slide left by one so that the newest step sits in the last slot.
-            full = state["t"] >= k
-            obs_buf = jnp.where(full, jnp.roll(state["obs"], -1), state["obs"]).at[slot].set(obs)
-            act_buf = jnp.where(full, jnp.roll(state["actions"], -1), state["actions"])
-            conditioned = self.target is not None
-            # The return still to collect from the snippet's first step (the target less the
-            # rewards of the steps that have slid out), and that step's time.
-            first = jnp.maximum(state["t"] - (k - 1), 0)
+            slot = jnp.minimum(state["t"], history - 1)
+            # Past `history` steps, slide left by one so that the newest step sits in the last
+            # history slot.
+            full = state["t"] >= history
+
+            def slide(x):
+                return jnp.where(full, jnp.roll(x, -1, axis=0), x)
+
+            obs_buf = slide(state["obs"]).at[slot].set(obs.reshape(state["obs"].shape[1:]))
+            if self.goal_observation is not None:
+                obs_buf = obs_buf.at[k - 1].set(self.goal_observation(obs).reshape(
+                    state["obs"].shape[1:]))
+            act_buf = slide(state["actions"])
+            target = jnp.where(state["t"] == 0, episode_target(obs) if conditioned else 0.0,
+                               state["target"])
+            # The return still to collect from the snippet's first step, and that step's time.
             collected = state["collected"] + jnp.where(full, state["rewards"][0], 0.0)
-            rewards = jnp.where(full, jnp.roll(state["rewards"], -1), state["rewards"])
-            rtg = jnp.float32(self.target if conditioned else 0.0) - collected
+            rewards = slide(state["rewards"])
+            first = jnp.maximum(state["t"] - (history - 1), 0)
             snippet = Trajectories(
-                observations=obs_buf[None], actions=act_buf[None, :, None],
-                rewards=jnp.zeros((1, k)), returns_to_go=jnp.full((1, k), rtg),
+                observations=obs_buf[None], actions=act_buf[None],
+                rewards=jnp.zeros((1, k)), returns_to_go=jnp.full((1, k), target - collected),
                 timesteps=jnp.full((1, k), first, jnp.int32), mask=jnp.ones((1, k), bool))
-            task = "reward_conditioned" if conditioned else "behaviour_cloning"
             mask = jax.tree.map(lambda m: m[None], TASKS[task].mask(slot, k))
-            logits = method.apply(params, snippet, mask)[1][0, slot]
-            action = jax.random.categorical(key, logits).astype(jnp.int32)
-            return action, dict(obs=obs_buf, actions=act_buf.at[slot].set(action),
-                                rewards=rewards, collected=collected, t=state["t"] + 1)
+            out = method.apply(params, snippet, mask)[1][0, slot]
+            if continuous:
+                action = out
+                stored = out
+            else:
+                action = jax.random.categorical(key, out).astype(jnp.int32)
+                stored = action[None]
+            return action, dict(obs=obs_buf, actions=act_buf.at[slot].set(stored),
+                                rewards=rewards, collected=collected, target=target,
+                                t=state["t"] + 1)
 
         def update(key, state, transition, env_params):
-            slot = jnp.minimum(state["t"] - 1, k - 1)  # the step just taken
+            slot = jnp.minimum(state["t"] - 1, history - 1)  # the step just taken
             state = dict(state, rewards=state["rewards"].at[slot].set(transition.reward))
             return jax.tree.map(lambda new, reset: jnp.where(transition.done, reset, new),
                                 state, init(key, env_params))
 
-        return Source(init, act, update, name="model_bc" if self.target is None else "model_rc")
+        return Source(init, act, update, name=f"model_{task}")
 
 
 def sample_past(method: UniMask, params, snippets: Trajectories, start: int, key: jax.Array,
