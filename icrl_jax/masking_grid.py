@@ -260,7 +260,10 @@ def _dt_group(config, env, dataset, validation, seeds) -> _Group:
 
 
 def run_grid(config, dataset, env) -> dict[str, Any]:
-    """Train the grid (resuming), write the heatmaps; returns heatmap.json's content."""
+    """Train the grid (resuming), write the heatmaps (or, with `grid.evaluate="returns"`, the
+    returns table of `run_returns`); returns what it wrote to JSON."""
+    if config.grid.get("evaluate", "heatmap") == "returns":
+        return run_returns(config, dataset, env)
     grid = config.grid
     cls = method_class(config.method)
     k = int(config.train.seq_len)
@@ -323,6 +326,115 @@ def run_grid(config, dataset, env) -> dict[str, Any]:
                                                           int(config.seed))
     write_heatmaps(result, config.workdir)
     return result
+
+
+#: (label, regime trained, how it acts) of the returns table (Uni[MASK] App. H, Table 1).
+RETURN_ROWS = (("random-mask, BC", "random", "bc"), ("random-mask, RC", "random", "rc"),
+               ("random-mask, goal", "random", "goal"), ("single-task BC", "behaviour_cloning", "bc"),
+               ("single-task RC", "reward_conditioned", "rc"),
+               ("single-task goal", "goal_conditioned", "goal"))
+
+
+def run_returns(config, dataset, env) -> dict[str, Any]:
+    """Uni[MASK]'s Maze2D table: the random-mask model used for behaviour cloning,
+    reward-conditioned (return-to-go 1.1 x the return of the dataset episode whose initial
+    state is nearest) and goal-conditioned control, against single-task models, by their
+    returns on held-out start/goal pairs (`data.num_test_tasks`, one episode each), over
+    `grid.num_seeds` seeds. The last `grid.validation_episodes` dataset episodes are held out
+    for early stopping. Writes `returns.json` and `returns.png`."""
+    from dataclasses import replace
+
+    from icrl_jax import metrics as M
+    from icrl_jax.data.sources import ParamSource
+    from icrl_jax.methods.unimask import SnippetPolicy
+
+    grid = config.grid
+    cls = method_class(config.method)
+    k = int(config.train.seq_len)
+    base = cls(config.model, env, k)
+    held = int(grid.validation_episodes)
+    if not 0 < held < dataset.num_episodes:
+        raise UserError(f"grid.validation_episodes={held} must be in (0, "
+                        f"{dataset.num_episodes}) episodes of the dataset")
+    split = dataset.num_episodes - held
+    cut = lambda sl: replace(dataset, **{f: getattr(dataset, f)[sl] for f in (  # noqa: E731
+        "observations", "actions", "rewards", "terminations", "truncations", "mask",
+        "final_observations", "lengths")})
+    train_set, held_out = cut(slice(0, split)), cut(slice(split, None))
+    data = base.training_data(train_set, config, env)
+    validation = base.snippets(held_out.to_trajectories(), limit=2000)
+    num_seeds = int(grid.num_seeds)
+    seeds = [int(config.seed) + s for s in range(num_seeds)]
+    regimes = list(dict.fromkeys(r for _, r, _ in RETURN_ROWS))
+    start = time.perf_counter()
+    group = _unimask_group("maze", config, env, data, validation,
+                           np.repeat(regimes, num_seeds), seeds * len(regimes))
+    best = group.run(int(grid.eval_every), bool(config.run.progress))
+    params = _Group.params_of(best)
+    reference = (np.asarray(train_set.observations[:, 0]).reshape(train_set.num_episodes, -1),
+                 train_set.returns)
+    _, test_ids = task_split(env, config)
+    tasks = env.task_params(test_ids)
+    steps = int(env.episode_length)
+    results: dict[str, list[dict[str, float]]] = {}
+    for label, regime, mode in RETURN_ROWS:
+        policy = SnippetPolicy(
+            base, target=float(grid.rtg_factor) if mode == "rc" else None,
+            reference=reference if mode == "rc" else None,
+            goal_observation=env.goal_observation if mode == "goal" else None)
+        results[label] = []
+        for s in range(num_seeds):
+            row = regimes.index(regime) * num_seeds + s
+            one = jax.tree.map(lambda x: jnp.asarray(x[row]), params)
+            history, info = generate_histories(env, ParamSource(policy, one, name=label), tasks,
+                                               steps, jax.random.PRNGKey(int(config.seed) + s),
+                                               with_info=True)
+            returns = M.episode_returns_ragged(np.asarray(history.rewards),
+                                               np.asarray(history.dones))
+            terminated = np.asarray(info["terminated"])
+            results[label].append(dict(
+                seed=seeds[s], mean_return=float(np.mean([r[0] for r in returns])),
+                success=float(terminated.any(1).mean()),
+                steps_to_goal=float(np.mean(np.where(terminated.any(1),
+                                                     terminated.argmax(1) + 1, steps)))))
+    data_returns = float(np.mean(train_set.returns))
+    table = {label: {m: [float(np.mean([r[m] for r in rows])),
+                         float(np.std([r[m] for r in rows], ddof=1) / np.sqrt(len(rows)))
+                         if len(rows) > 1 else 0.0]
+                     for m in ("mean_return", "success", "steps_to_goal")}
+             for label, rows in results.items()}
+    out = dict(seeds=num_seeds, test_tasks=int(len(test_ids)), episode_length=steps,
+               dataset_episodes=int(split), dataset_mean_return=data_returns,
+               rtg_factor=float(grid.rtg_factor), wall_seconds=round(time.perf_counter() - start, 1),
+               validation_losses={r: best["losses"][i * num_seeds:(i + 1) * num_seeds].tolist()
+                                  for i, r in enumerate(regimes)},
+               table=table, per_seed=results)
+    with open(os.path.join(config.workdir, "returns.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    _plot_returns(table, data_returns, os.path.join(config.workdir, "returns.png"))
+    return out
+
+
+def _plot_returns(table, data_return, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(table)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, metric, title in ((axes[0], "mean_return", "return (distance covered to the goal)"),
+                              (axes[1], "success", "success rate")):
+        means = [table[l][metric][0] for l in labels]
+        errs = [table[l][metric][1] for l in labels]
+        ax.bar(range(len(labels)), means, yerr=errs, capsize=3,
+               color=["C0"] * 3 + ["C1"] * (len(labels) - 3))
+        ax.set_xticks(range(len(labels)), [l.replace(", ", "\n") for l in labels], fontsize=7)
+        ax.set_title(title, fontsize=9)
+    axes[0].axhline(data_return, color="k", ls="--", lw=1, label="dataset mean")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 #: Fig. 8's conditioning: agent at (1, 4), key at (2, 2) (cell ids of `envs/doorkey.py`).

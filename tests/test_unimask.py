@@ -166,3 +166,30 @@ def test_clear_errors(doorkey_data, tmp_path):
         UniMask(config.model, env, 12).training_data(history, config, env)
     with pytest.raises(UserError, match="not a mix"):
         UniMask(config.model, envs.make("darkroom", pixels=True), K)
+
+
+def test_maze_returns_table_end_to_end(tmp_path):
+    from experiments.unimask.maze2d import get_config as maze_config
+    config = maze_config("quick")
+    config.workdir = str(tmp_path / "maze")
+    config.data.num_train_tasks = 30
+    config.data.num_steps = 300
+    config.data.num_test_tasks = 4
+    config.train.num_steps = 50
+    config.model.d_model = 32
+    config.grid.num_seeds = 2
+    config.grid.eval_every = 50
+    config.grid.validation_episodes = 20
+    config = run.resolve_config(config)
+    out = run.report(config)
+    assert set(out["table"]) == {label for label, _, _ in masking_grid.RETURN_ROWS}
+    for row in out["table"].values():
+        assert 0.0 <= row["success"][0] <= 1.0 and row["steps_to_goal"][0] <= 300
+    assert len(out["per_seed"]["random-mask, RC"]) == 2
+    assert os.path.exists(os.path.join(config.workdir, "returns.png"))
+
+
+def test_point_maze_goal_observation_is_the_goal_at_rest():
+    env = envs.make("point_maze", task="random_goal")
+    obs = jnp.array([0.1, 0.2, 0.3, -0.4, 1.5, -0.5])
+    np.testing.assert_allclose(env.goal_observation(obs), [1.5, -0.5, 0, 0, 1.5, -0.5])
