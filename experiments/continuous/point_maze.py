@@ -30,10 +30,10 @@ PRESETS = {
 }
 
 
-def get_config(preset: str = ""):
-    config = base_config()
-    config.experiment = "dt_point_maze"
-    config.method = "dt"
+def add_maze_data(config) -> None:
+    """The environment and data sections shared by the point-maze experiments (DT here,
+    Uni[MASK]'s in experiments/unimask/maze2d.py): the medium maze with random start and goal,
+    noisy waypoint-controller episodes in a Minari dataset under the work directory."""
     config.env.name = "point_maze"
     config.env.kwargs.layout = "medium"
     config.env.kwargs.task = "random_goal"
@@ -46,7 +46,14 @@ def get_config(preset: str = ""):
     config.data.num_train_tasks = 1000  # random (start, goal) pairs
     config.data.num_test_tasks = 20  # held-out pairs: 20 evaluation episodes per seed
     config.data.histories_per_task = 1
-    config.data.num_steps = 3000  # ~1M steps in all: the size of D4RL's maze2d-medium
+    config.data.num_steps = 1000  # 1000 x 1000 = 1M steps in all: D4RL's maze2d-medium size
+
+
+def get_config(preset: str = ""):
+    config = base_config()
+    config.experiment = "dt_point_maze"
+    config.method = "dt"
+    add_maze_data(config)
     config.model.update(dt_model_config())
     config.model.d_model = 768
     config.model.num_layers = 12

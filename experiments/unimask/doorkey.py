@@ -21,7 +21,8 @@ shape and batch size (they start from its weights).
 
 import ml_collections
 
-from icrl_jax.config import apply_preset, base_config, unimask_model_config
+from experiments.unimask import add_unimask_fields
+from icrl_jax.config import apply_preset, base_config
 
 #: The regimes trained (methods/unimask_masks.py REGIMES; configs import no jax): the eight
 #: evaluation tasks, ALL and random masking.
@@ -65,7 +66,6 @@ PRESETS = {
 def get_config(preset: str = ""):
     config = base_config()
     config.experiment = "unimask_doorkey"
-    config.method = "unimask"
     config.env.name = "unimask_doorkey"
     config.env.kwargs.episode_length = 10
     config.env.kwargs.terminate_at_goal = False
@@ -75,24 +75,11 @@ def get_config(preset: str = ""):
     config.data.num_test_tasks = 200  # held-out validation trajectories
     config.data.histories_per_task = 1
     config.data.num_steps = 10
-    config.model.update(unimask_model_config())
-    config.model.causal = False
-    config.model.d_model = 128
-    config.model.num_layers = 2
-    config.model.num_heads = 8
-    config.model.mlp_ratio = 1
+    add_unimask_fields(config, d_model=128, num_layers=2, num_heads=8, mlp_ratio=1, seq_len=10)
     for dropout in ("embedding_dropout", "residual_dropout", "attention_dropout"):
         config.model[dropout] = 0.1
-    config.train.seq_len = 10
-    config.train.batch_size = 100
-    config.train.learning_rate = 1e-4
-    config.train.warmup_steps = 1
-    config.train.min_lr_ratio = 1.0  # constant: Adam at a fixed rate, as the paper
-    config.train.weight_decay = 0.0
     config.train.num_steps = 60_000  # replaced per group by grid.epochs
-    config.train.steps_per_call = 50
     config.train.log_every = 250
-    config.eval.tasks = "test"
     config.eval.num_steps = 10
     config.eval.baselines = ("source", "random")
     config.grid = ml_collections.ConfigDict(dict(

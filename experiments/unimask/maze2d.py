@@ -21,7 +21,9 @@ not state k). `:quick`: the U maze, a small model, 3 seeds, minutes on 2 CPU cor
 
 import ml_collections
 
-from icrl_jax.config import apply_preset, base_config, unimask_model_config
+from experiments.continuous.point_maze import add_maze_data
+from experiments.unimask import add_unimask_fields
+from icrl_jax.config import apply_preset, base_config
 
 PRESETS = {
     "quick": {
@@ -40,38 +42,13 @@ PRESETS = {
 def get_config(preset: str = ""):
     config = base_config()
     config.experiment = "unimask_maze2d"
-    config.method = "unimask"
-    config.env.name = "point_maze"
-    config.env.kwargs.layout = "medium"
-    config.env.kwargs.task = "random_goal"
-    config.env.kwargs.episode_length = 600
-    config.data.builder = "minari"
-    config.data.dataset_id = "point_maze/medium-waypoint-v0"
-    config.data.minari_root = ""  # default: <workdir>/minari
-    config.data.source = "waypoint"
-    config.data.source_kwargs.noise_scale = 0.5
-    config.data.num_train_tasks = 1000
+    add_maze_data(config)
     config.data.num_test_tasks = 50  # held-out (start, goal) pairs, one episode each
-    config.data.histories_per_task = 1
-    config.data.num_steps = 1000  # ~1M steps in all
-    config.model.update(unimask_model_config())
-    config.model.causal = False
-    config.model.d_model = 128
-    config.model.num_layers = 4
-    config.model.num_heads = 16
-    config.model.mlp_ratio = 4
+    add_unimask_fields(config, d_model=128, num_layers=4, num_heads=16, mlp_ratio=4, seq_len=20)
     config.model.rtg_scale = 10.0
     config.model.max_timestep = 600.0
-    config.train.seq_len = 20
-    config.train.batch_size = 100
-    config.train.learning_rate = 1e-4
-    config.train.warmup_steps = 1
-    config.train.min_lr_ratio = 1.0  # constant: Adam at a fixed rate
-    config.train.weight_decay = 0.0
     config.train.num_steps = 100_000
-    config.train.steps_per_call = 50
     config.train.log_every = 500
-    config.eval.tasks = "test"
     config.grid = ml_collections.ConfigDict(dict(
         evaluate="returns",
         num_seeds=3,
