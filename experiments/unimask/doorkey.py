@@ -57,7 +57,7 @@ PRESETS = {
         "train.batch_size": 100, "train.learning_rate": 1e-3, "train.warmup_steps": 50,
         "train.num_steps": 2000, "grid.epochs": 0, "grid.num_seeds": 3, "grid.eval_every": 250,
         "grid.overrides": {}, "grid.finetune_steps": 500, "grid.finetune_eval_every": 250,
-        "grid.finetune_learning_rate": 2e-4, "grid.mlp_overrides": {}, "grid.dt_overrides": {},
+        "grid.finetune_learning_rate": 2e-4, "grid.mlp_overrides": {}, "grid.dt_overrides": {"train": {"num_steps": 1000}},
         "data.num_test_tasks": 100,
     },
 }
