@@ -41,6 +41,7 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         ngram_max=1,
         ngram_shuffle=False,  # ablation: matches moved to random causal keys
         ngram_latest=False,  # read only the most recent match (not all matches uniformly)
+        norm_epsilon=1e-6,  # LayerNorm epsilon (GPT-2: 1e-5)
     ))
 
 

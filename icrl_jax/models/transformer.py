@@ -1,5 +1,10 @@
 """One transformer for every method: causal or bidirectional, configurable norms and positions.
 
+Configured as GPT-2 (pre-norm, LayerNorm epsilon 1e-5, learned positions, tanh-GELU feed-forward
+of width 4d, fused qkv projection with biases, causal) it is GPT-2's block stack exactly:
+`models/gpt2.py` adds the token embedding and the tied output head and loads Hugging Face
+checkpoints into it.
+
 Methods differ in how they build input tokens and read outputs (see `tokens.py`, `heads.py`),
 never in copies of this network.
 """
@@ -48,6 +53,7 @@ class Block(nn.Module):
     attention_dropout: float
     rotary: bool
     normalize_qk: bool
+    norm_epsilon: float = 1e-6
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
@@ -56,7 +62,8 @@ class Block(nn.Module):
         attention = MultiHeadAttention(self.num_heads, self.attention_dropout, self.rotary,
                                        self.normalize_qk, name="attention")
         dropout = Dropout(self.residual_dropout)
-        norm1, norm2 = nn.LayerNorm(name="norm1"), nn.LayerNorm(name="norm2")
+        norm1 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm1")
+        norm2 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm2")
         mlp = nn.Sequential([nn.Dense(self.mlp_ratio * x.shape[-1]), nn.gelu, nn.Dense(x.shape[-1])],
                             name="mlp")
 
@@ -98,6 +105,7 @@ class Transformer(nn.Module):
     ngram_max: int = 1
     ngram_shuffle: bool = False
     ngram_latest: bool = False
+    norm_epsilon: float = 1e-6  # LayerNorm epsilon (flax's default; GPT-2 uses 1e-5)
 
     @classmethod
     def from_config(cls, config, **overrides) -> "Transformer":
@@ -187,13 +195,13 @@ class Transformer(nn.Module):
             x, weights, layer_cache = Block(
                 self.num_heads, self.mlp_ratio, self.pre_norm, self.residual_dropout,
                 self.attention_dropout, self.position == "rotary", self.normalize_qk,
-                name=f"block_{i}")(x, mask, positions, deterministic, return_attention,
+                self.norm_epsilon, name=f"block_{i}")(x, mask, positions, deterministic, return_attention,
                                    None if cache is None else cache[i], cache_index)
             attention_maps.append(weights)
             new_cache.append(layer_cache)
             x = ngram_layers(x, i + 1)
         if self.pre_norm:
-            x = nn.LayerNorm(name="final_norm")(x)
+            x = nn.LayerNorm(epsilon=self.norm_epsilon, name="final_norm")(x)
         outputs = (x, attention_maps) if return_attention else (x,)
         if cache is not None:
             outputs = outputs + (new_cache,)
