@@ -1,4 +1,4 @@
-"""`icrl-jax generate|train|evaluate|report|sweep --config experiments/<paper>/<exp>.py[:preset] [--config.x.y=v]`
+"""`icrl-jax generate|train|evaluate|report|sweep|pretrain-lm --config experiments/<paper>/<exp>.py[:preset] [--config.x.y=v]`
 
 * generate: learning histories of the configured source algorithm on the training tasks.
 * train: generate (if the dataset is missing), train, then evaluate (unless `--config.run.evaluate=False`).
@@ -11,6 +11,9 @@
 * sweep: with --config, the random hyperparameter search of `config.sweep` (resuming: finished
   assignments are skipped), results and EMP in the workdir; with --runs DIR (repeatable) and --out
   DIR, only plot the EMP of several finished sweeps together (labels: --labels, repeatable).
+
+* pretrain-lm: with a language-model config (experiments/gpt_dtma/lm.py), next-byte pretraining
+  of a small GPT-2 on text, written in Hugging Face format to `<workdir>/hf/`.
 
 Every command with --config runs through `icrl_jax.run` (`resolve_config`, then `run`).
 
@@ -32,7 +35,7 @@ from ml_collections import config_flags
 from icrl_jax.config import check_key
 from icrl_jax.errors import UserError, did_you_mean, unknown_name
 
-COMMANDS = ("generate", "train", "evaluate", "report", "sweep")
+COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm")
 USAGE = (f"icrl-jax {{{'|'.join(COMMANDS)}}} --config FILE[:preset] [--config.key=value ...], "
          f"or icrl-jax {{report|sweep}} --runs DIR [--runs DIR ...] --out DIR")
 

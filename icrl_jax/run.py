@@ -37,13 +37,14 @@ from icrl_jax.logging_utils import MetricsLogger
 from icrl_jax.methods import build_method, method_class
 from icrl_jax.plots import plot_curves
 
-COMMANDS = ("generate", "train", "evaluate", "report", "sweep")
+COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm")
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Validate a loaded config, fill derived fields, and write it to the work directory."""
-    method_class(config.method)  # an unknown method fails here, naming the nearest
-    build_env(config)  # so does an unknown env or a bad env kwarg
+    if config.get("lm") is None:  # a language-model config has no method and no env
+        method_class(config.method)  # an unknown method fails here, naming the nearest
+        build_env(config)  # so does an unknown env or a bad env kwarg
     config = finalize(config)
     check_workdir(config)
     os.makedirs(config.workdir, exist_ok=True)
@@ -320,6 +321,9 @@ def report(config) -> dict[str, str]:
 
 def run(config, command: str):
     """The CLI's `icrl-jax <command> --config ...` on a resolved config."""
+    if command in COMMANDS and (command == "pretrain-lm") != (config.get("lm") is not None):
+        raise UserError("pretrain-lm takes a language-model config (with an `lm` section, e.g. "
+                        "experiments/gpt_dtma/lm.py), and only it takes one")
     if command == "generate":
         return generate(config, build_env(config), force=True)
     if command == "train":
@@ -331,4 +335,7 @@ def run(config, command: str):
     if command == "sweep":
         from icrl_jax import sweep
         return sweep.run_sweep(config)
+    if command == "pretrain-lm":
+        from icrl_jax.lm_pretrain import pretrain
+        return pretrain(config)
     raise UserError(f"unknown command {command!r}; one of {' | '.join(COMMANDS)}")
