@@ -14,6 +14,7 @@ from envs.darkroom import (CompositeDarkRoom, DarkRoom, KeyToDoor, composite_act
                            headless_ad_action_sets, split_actions)
 from envs.multidiscrete import ButtonRoom
 from envs.continuous import PointMaze
+from envs.continuous.locomotion import HalfCheetah, Hopper, Locomotion, Walker2d
 from envs.doorkey import DoorKey
 from envs.host.specs import HostEnv, MiniworldRoom, ViZDoom
 from envs.tasks import split_tasks
@@ -27,6 +28,10 @@ REGISTRY: dict[str, Callable[..., EnvSpec]] = {
     "key_to_door": KeyToDoor,
     "button_room": ButtonRoom,  # multi-discrete (move, press) actions: envs/multidiscrete.py
     "point_maze": PointMaze,  # continuous actions, D4RL maze2d: envs/continuous/point_maze.py
+    # brax locomotion, continuous actions, D4RL's 1000-step episodes: envs/continuous/locomotion.py
+    "hopper": Hopper,
+    "walker2d": Walker2d,
+    "halfcheetah": HalfCheetah,
     "unimask_doorkey": DoorKey,  # Uni[MASK]'s 4x4 DoorKey: envs/doorkey.py
     # Host simulators behind the bridge (envs/host/specs.py).
     "miniworld_darkroom": functools.partial(MiniworldRoom, "darkroom"),

@@ -1,0 +1,125 @@
+"""brax locomotion envs (envs/continuous/locomotion.py) and the PPO source (data/sources/ppo.py).
+
+brax compiles are slow on CPU (~20-30 s for a hopper rollout), so one jitted rollout serves the
+shape, determinism, clipping, termination and brax-equivalence checks.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from envs.continuous.locomotion import EPISODE_LENGTH, Locomotion
+from envs.core import InvalidActionError
+from icrl_jax.errors import UserError
+
+T = 60  # steps of the shared rollout; random torques x 3 topple the hopper well before
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    return envs.make("hopper")
+
+
+@pytest.fixture(scope="module")
+def rollout(hopper):
+    """Our env (via `step`, traced: actions clipped) on actions up to +-3, next to brax's own
+    env stepped on the same actions clipped to [-1, 1] from the same reset."""
+    brax_env, params = hopper.brax_env, hopper.default_params
+
+    @jax.jit
+    def run(key):
+        k_reset, k_act, k_steps = jax.random.split(key, 3)
+        obs0, state = hopper.reset(k_reset, params)
+        actions = 3.0 * jax.random.uniform(k_act, (T, hopper.action_dim), minval=-1, maxval=1)
+
+        def body(carry, xs):
+            state, ref = carry
+            k, a = xs
+            obs, state, r, term, trunc, info = hopper.step(k, state, a, params)
+            ref = brax_env.step(ref, jnp.clip(a, -1.0, 1.0))
+            out = dict(obs=obs, final=info["final_observation"], reward=r, terminated=term,
+                       truncated=trunc, time=state.time, ref_obs=ref.obs,
+                       ref_reward=ref.reward, ref_done=ref.done)
+            return (state, ref), out
+
+        _, out = jax.lax.scan(body, (state, state.brax),
+                              (jax.random.split(k_steps, T), actions))
+        return obs0, out
+
+    return run, jax.device_get(run(jax.random.PRNGKey(3)))
+
+
+def test_registered_specs():
+    for name, obs_dim, act_dim in (("hopper", 11, 3), ("walker2d", 17, 6),
+                                   ("halfcheetah", 17, 6)):
+        env = envs.make(name)
+        assert env.continuous_actions and env.num_actions == 0
+        assert env.action_dim == act_dim and env.observation_shape == (obs_dim,)
+        assert env.episode_length == EPISODE_LENGTH == 1000
+        assert env.backend == "spring" and env.name == name
+        params = env.task_params(np.arange(5))
+        assert params.max_steps_in_episode.shape == (5,)
+        assert int(params.max_steps_in_episode[0]) == 1000
+    with pytest.raises(ValueError, match="unknown brax backend"):
+        Locomotion("hopper", backend="nope")
+    with pytest.raises(UserError, match="bad env.kwargs"):
+        envs.make("hopper", layout="umaze")
+
+
+def test_bad_actions_raise(hopper):
+    _, state = jax.device_get(hopper.reset(jax.random.PRNGKey(0)))
+    key = jax.random.PRNGKey(1)
+    with pytest.raises(InvalidActionError, match=r"shape \(3,\)"):
+        hopper.step(key, state, np.zeros(6, np.float32))
+    with pytest.raises(InvalidActionError, match="outside"):
+        hopper.step(key, state, np.array([0.0, 1.5, 0.0], np.float32))
+    with pytest.raises(InvalidActionError, match="outside"):
+        hopper.step(key, state, np.array([0.0, np.nan, 0.0], np.float32))
+    with pytest.raises(InvalidActionError, match="real numbers"):
+        hopper.step(key, state, np.zeros(3, bool))
+    with pytest.raises(TypeError, match="no action mask"):
+        hopper.action_mask(hopper.default_params)
+
+
+def test_shapes_and_determinism(hopper, rollout):
+    run, (obs0, out) = rollout
+    assert obs0.shape == (11,) and obs0.dtype == np.float32
+    assert out["obs"].shape == (T, 11) and out["obs"].dtype == np.float32
+    assert out["reward"].shape == (T,) and out["reward"].dtype == np.float32
+    assert out["terminated"].dtype == bool
+    # brax's hopper starts at z 1.25 with +-0.005 noise (obs[0] is the torso height).
+    assert abs(obs0[0] - 1.25) <= 0.0051
+    obs0_again, again = jax.device_get(run(jax.random.PRNGKey(3)))
+    np.testing.assert_array_equal(obs0, obs0_again)
+    np.testing.assert_array_equal(out["obs"], again["obs"])
+    _, other = jax.device_get(run(jax.random.PRNGKey(4)))
+    assert not np.allclose(out["obs"], other["obs"])
+
+
+def test_equivalent_to_brax_until_termination(rollout):
+    """Our wrapper adds nothing to the dynamics: until the first episode ends, every observation
+    and reward equals brax's own step on the clipped actions (bit for bit: the same program)."""
+    _, (_, out) = rollout
+    ends = np.flatnonzero(out["terminated"])
+    assert ends.size, "random torques x 3 should topple the hopper within T steps"
+    end = ends[0]
+    np.testing.assert_array_equal(out["obs"][:end], out["ref_obs"][:end])
+    np.testing.assert_array_equal(out["final"][: end + 1], out["ref_obs"][: end + 1])
+    np.testing.assert_array_equal(out["reward"][: end + 1], out["ref_reward"][: end + 1])
+    np.testing.assert_array_equal(out["ref_done"][:end], 0.0)
+    assert out["ref_done"][end] == 1.0
+
+
+def test_hopper_terminates_when_unhealthy_and_resets(rollout):
+    _, (_, out) = rollout
+    end = np.flatnonzero(out["terminated"])[0]
+    final = out["final"][end]
+    # brax's healthy range: torso z in (0.7, inf), torso angle in (-0.2, 0.2).
+    assert final[0] <= 0.7 or abs(final[1]) >= 0.2
+    assert (out["final"][:end, 0] > 0.7).all() and (np.abs(out["final"][:end, 1]) < 0.2).all()
+    assert not out["truncated"].any()
+    # Auto-reset: the next observation is a fresh start near z 1.25, the clock back to 0.
+    assert abs(out["obs"][end, 0] - 1.25) <= 0.0051 and out["time"][end] == 0
+    np.testing.assert_array_equal(out["time"][:end], np.arange(1, end + 1))
