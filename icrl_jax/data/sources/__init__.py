@@ -82,6 +82,7 @@ from icrl_jax.data.sources.q_learning import q_learning  # noqa: E402
 from icrl_jax.data.sources.thompson import BETA_SAMPLERS, sample_beta, thompson_sampling  # noqa: E402
 from icrl_jax.data.sources.uniform import masked_uniform_action, uniform_random  # noqa: E402
 from icrl_jax.data.sources.waypoint import waypoint_controller  # noqa: E402
+from icrl_jax.data.sources.ppo import ppo_policy, ppo_source, train_ppo  # noqa: E402
 
 
 
@@ -106,6 +107,8 @@ SOURCES: dict[str, Callable[..., Source]] = {
     "noisy_expert": lambda env, num_steps, kw: _noisy_expert(env, num_steps, **kw),
     "waypoint": lambda env, num_steps, kw: waypoint_controller(env, **kw),
     "noisy_rational": lambda env, num_steps, kw: noisy_rational(env, **kw),
+    # trains PPO on device first (data/sources/ppo.py), then acts with the trained policy
+    "ppo": lambda env, num_steps, kw: ppo_source(env, **kw),
 }
 
 
@@ -124,4 +127,4 @@ def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
 
 __all__ = ["SOURCES", "build_source", "Source", "ParamSource", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
            "q_learning", "noisy_oracle", "episode_replay", "grid_oracle_action", "uniform_random",
-           "masked_uniform_action", "waypoint_controller"]
+           "masked_uniform_action", "waypoint_controller", "train_ppo", "ppo_policy", "ppo_source"]
