@@ -167,3 +167,40 @@ def test_ppo_bad_input(hopper):
         PPO(hopper, PPOConfig(num_envs=3, rollout_steps=5, minibatches=4))
     with pytest.raises(UserError, match="unknown ppo source_kwargs"):
         build_source("ppo", hopper, 100, {"learning_rat": 1e-3})
+
+
+def test_locomotion_builder_ids_and_replay_episodes():
+    """The builder's dataset ids, and PPO's recorded experience `(U, T, num_envs, ...)` per chunk
+    cut into per-env episodes (hand-worked: 2 chunks of 1 update x 3 steps, 2 envs)."""
+    from icrl_jax.data.builders import BUILDERS, LocomotionData
+    assert isinstance(BUILDERS["locomotion"], LocomotionData)
+    assert LocomotionData.ids("walker2d/medium-expert-v1") == {
+        "medium": "walker2d/medium-v1", "medium-replay": "walker2d/medium-replay-v1",
+        "medium-expert": "walker2d/medium-expert-v1"}
+    with pytest.raises(UserError, match="medium-v0"):
+        LocomotionData.ids("hopper/expert-v0")
+    steps, envs_ = 6, 2
+    g = np.arange(steps)[:, None] * 10 + np.arange(envs_)[None]  # value = 10 * step + env
+    term = np.zeros((steps, envs_), bool)
+    trunc = np.zeros((steps, envs_), bool)
+    term[2, 0], trunc[5, 0], term[3, 1] = True, True, True
+
+    def chunk(sl):
+        part = lambda x: x[sl][None]  # noqa: E731  (U=1, T=3, N)
+        return dict(observations=part(g[..., None].astype(np.float32)),
+                    actions=part(np.stack([g, -g], -1).astype(np.float32)),
+                    rewards=part(g.astype(np.float32)), terminated=part(term),
+                    truncated=part(trunc), final_observations=part(g[..., None] + 0.5))
+
+    eps = LocomotionData._replay_episodes([chunk(slice(0, 3)), chunk(slice(3, 6))])
+    assert len(eps) == 3  # env 0: steps 0-2, 3-5; env 1: steps 0-3 (4-5 unfinished, dropped)
+    e0, e1, e2 = eps
+    np.testing.assert_array_equal(e0["observations"][:, 0], [0, 10, 20, 20.5])
+    np.testing.assert_array_equal(e0["rewards"], [0, 10, 20])
+    np.testing.assert_array_equal(e0["terminations"], [0, 0, 1])
+    np.testing.assert_array_equal(e0["truncations"], [0, 0, 0])
+    np.testing.assert_array_equal(e1["observations"][:, 0], [30, 40, 50, 50.5])
+    np.testing.assert_array_equal(e1["truncations"], [0, 0, 1])
+    np.testing.assert_array_equal(e1["terminations"], [0, 0, 0])
+    np.testing.assert_array_equal(e2["observations"][:, 0], [1, 11, 21, 31, 31.5])
+    np.testing.assert_array_equal(e2["actions"][:, 1], [-1, -11, -21, -31])

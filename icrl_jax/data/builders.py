@@ -11,6 +11,8 @@ when it exists, unless forced) and opens it as what a method's `training_data` r
   recorded into a pixel trajectory store shared by every method of a scenario and preset.
 * "minari": offline episodes in a Minari dataset (`Minari`): generated from `data.source` on
   device, or an existing dataset opened by `data.dataset_id` under `data.minari_root`.
+* "locomotion": D4RL-style `medium`, `medium-replay` and `medium-expert` Minari datasets of a
+  brax locomotion env, made from one on-device PPO run (`LocomotionData`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import shutil
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import jax
@@ -215,6 +218,149 @@ class Minari:
         return read_minari(path, env=env)
 
 
+class LocomotionData(Minari):
+    """D4RL's locomotion datasets from one PPO run on device (`data/sources/ppo.py`).
+
+    `data.dataset_id` names the dataset opened: `<prefix>medium-<suffix>`,
+    `<prefix>medium-replay-<suffix>` or `<prefix>medium-expert-<suffix>` (e.g.
+    "hopper/medium-v0"); `build` writes all three side by side under `data.minari_root`:
+
+    1. PPO (`data.source_kwargs`: `PPOConfig` fields) trains for `data.expert_steps` steps,
+       recording all its experience and a snapshot of the agent every `data.ppo_chunk_updates`
+       updates; the last snapshot is the expert.
+    2. The expert's and a uniform random policy's returns (the first episode of each stream, all
+       complete since `data.num_steps` >= the episode length) are the reference scores stored
+       with every dataset (D4RL's normalised score: 0 random, 100 our expert).
+    3. Medium: the first snapshot whose training episodes (the last <= 10 updates of its chunk)
+       average at least `data.medium_fraction` (D4RL: about a third) of the expert's return;
+       `medium` is that policy's sampled actions on `num_train_tasks` streams x `num_steps`
+       steps, `medium-replay` the training experience up to that snapshot, `medium-expert`
+       medium plus as many steps of the expert.
+    Only complete episodes are kept (a stream's unfinished last episode is dropped).
+    """
+
+    KINDS = ("medium", "medium-replay", "medium-expert")
+
+    @classmethod
+    def ids(cls, dataset_id: str) -> dict[str, str]:
+        """The three sibling ids of `dataset_id` (kind -> id)."""
+        import re
+        m = re.fullmatch(r"(.*?)(medium-replay|medium-expert|medium)(-v\d+)?", dataset_id or "")
+        if not m:
+            raise UserError(f"data.builder='locomotion' needs data.dataset_id like "
+                            f"'hopper/medium-v0' (kinds {cls.KINDS}), got {dataset_id!r}")
+        return {k: f"{m.group(1)}{k}{m.group(3) or ''}" for k in cls.KINDS}
+
+    def build(self, config, env, path: str) -> None:
+        from icrl_jax.data.minari_io import spaces_of, write_minari
+        from icrl_jax.data.sources import ppo as P
+        if not getattr(env, "continuous_actions", False) or env.host:
+            raise UserError(f"data.builder='locomotion' needs a JAX-native continuous-action env, "
+                            f"got {config.env.name!r}")
+        data = config.data
+        ids = self.ids(data.dataset_id)
+        num_streams, num_steps = int(data.num_train_tasks), int(data.num_steps)
+        if num_steps < env.episode_length:
+            raise UserError(f"data.num_steps={num_steps} must be >= the episode length "
+                            f"{env.episode_length} (every stream's first episode is complete)")
+        kwargs = data.source_kwargs.to_dict()
+        if "hidden" in kwargs:
+            kwargs["hidden"] = tuple(kwargs["hidden"])
+        try:
+            ppo_config = P.PPOConfig(**kwargs)
+        except TypeError as e:
+            raise UserError(f"bad data.source_kwargs for PPO: {e}") from e
+        key = jax.random.PRNGKey(config.seed)
+        start = time.perf_counter()
+
+        # 1. One PPO run, recorded, with a snapshot of the agent per chunk.
+        ppo = P.PPO(env, ppo_config, int(data.expert_steps))
+        state = ppo.init(jax.random.fold_in(key, 0))
+        chunk = max(1, int(data.ppo_chunk_updates))
+        logs, snapshots = [], []
+        for begin in range(0, ppo.num_updates, chunk):
+            state, out = ppo.run(state, min(chunk, ppo.num_updates - begin), True)
+            logs.append(jax.device_get(out))
+            snapshots.append(jax.device_get(P.agent_of(state)))
+            done = begin + len(logs[-1]["mean_return"])
+            print(f"ppo: {done * ppo.steps_per_update} steps, return "
+                  f"{_recent_return(logs[-1]):.1f}", flush=True)
+        train_seconds = time.perf_counter() - start
+
+        # 2. Reference returns; the expert's rollout is also medium-expert's expert half.
+        params = env.task_params(np.arange(num_streams, dtype=np.int32))
+        expert = P.ppo_policy(env, snapshots[-1], ppo_config)
+        expert_eps, expert_ret = self._rollout(env, expert, params, num_steps,
+                                               jax.random.fold_in(key, 1))
+        random_src = build_source("uniform_random", env, env.episode_length, {})
+        _, random_ret = self._rollout(env, random_src, params, num_steps,
+                                      jax.random.fold_in(key, 2))
+        refs = dict(ref_min_score=random_ret, ref_max_score=expert_ret)
+
+        # 3. The medium snapshot, its rollout and the replay up to it.
+        target = float(data.medium_fraction) * expert_ret
+        chunk_returns = [_recent_return(l) for l in logs]
+        reached = [i for i, r in enumerate(chunk_returns) if r >= target]
+        medium_chunk = reached[0] if reached else int(np.argmax(chunk_returns))
+        medium_eps, medium_ret = self._rollout(
+            env, P.ppo_policy(env, snapshots[medium_chunk], ppo_config), params, num_steps,
+            jax.random.fold_in(key, 3))
+        replay_eps = self._replay_episodes(logs[: medium_chunk + 1])
+        seconds = time.perf_counter() - start
+        obs_space, act_space = spaces_of(env)
+        meta = dict(env_kwargs=config.env.kwargs.to_dict(), source="ppo", ppo=kwargs,
+                    seed=int(config.seed), expert_steps=int(ppo.num_updates
+                                                            * ppo.steps_per_update),
+                    medium_steps=int((medium_chunk + 1) * chunk * ppo.steps_per_update),
+                    medium_target_return=target, medium_return=medium_ret,
+                    expert_return=expert_ret, random_return=random_ret,
+                    ppo_train_seconds=train_seconds, generation_seconds=seconds,
+                    ppo_returns=np.concatenate([l["mean_return"] for l in logs]).tolist())
+        for kind, episodes in (("medium", medium_eps), ("medium-replay", replay_eps),
+                               ("medium-expert", medium_eps + expert_eps)):
+            write_minari(self.root(config), ids[kind], episodes, obs_space, act_space,
+                         config.env.name, metadata=dict(meta, kind=kind), overwrite=True,
+                         algorithm_name="ppo", **refs)
+            steps = sum(len(e["rewards"]) for e in episodes)
+            print(f"{ids[kind]}: {len(episodes)} episodes ({steps} steps), mean return "
+                  f"{np.mean([e['rewards'].sum() for e in episodes]):.1f}")
+        print(f"locomotion datasets in {seconds:.0f}s (PPO {train_seconds:.0f}s): random "
+              f"{random_ret:.1f}, medium {medium_ret:.1f} (target {target:.1f}), expert "
+              f"{expert_ret:.1f} -> {os.path.dirname(path)}")
+
+    @staticmethod
+    def _rollout(env, policy, params, num_steps, key) -> tuple[list[dict], float]:
+        """Complete episodes of `policy` on N streams, and the mean return of each stream's
+        first episode (an unbiased estimate of the policy's return)."""
+        history, info = generate_histories(env, policy, params, num_steps, key, with_info=True)
+        history, info = jax.device_get(history), jax.device_get(info)
+        first = [r[0] for r in M.episode_returns_ragged(np.asarray(history.rewards),
+                                                       np.asarray(history.dones)) if len(r)]
+        return _cut_episodes(history, info), float(np.mean(first))
+
+    @staticmethod
+    def _replay_episodes(logs) -> list[dict]:
+        """Episodes of the recorded PPO experience `(U, T, num_envs, ...)` per chunk, as one
+        stream per env."""
+        def streams(name):  # -> (num_envs, total steps, ...)
+            x = np.concatenate([l[name] for l in logs])
+            x = x.reshape((-1,) + x.shape[2:])
+            return np.swapaxes(x, 0, 1)
+
+        term, trunc = streams("terminated"), streams("truncated")
+        history = SimpleNamespace(observations=streams("observations"),
+                                  actions=streams("actions"), rewards=streams("rewards"),
+                                  dones=term | trunc)
+        return _cut_episodes(history, dict(final_observations=streams("final_observations"),
+                                          terminated=term))
+
+
+def _recent_return(log) -> float:
+    """Mean return of the episodes ended in a chunk's last <= 10 PPO updates (-inf if none)."""
+    recent = np.asarray(log["mean_return"][-10:])
+    return float(np.nanmean(recent)) if np.isfinite(recent).any() else -np.inf
+
+
 def _expert_source(env):
     """The env's noiseless privileged expert as a source."""
     from icrl_jax.data.sources import Source
@@ -242,7 +388,7 @@ def _cut_episodes(history, info) -> list[dict]:
 
 
 BUILDERS: dict[str, Any] = {"histories": Histories(), "vizdoom_expert": ViZDoomExpert(),
-                            "minari": Minari()}
+                            "minari": Minari(), "locomotion": LocomotionData()}
 
 
 def builder_of(config):

@@ -1,0 +1,93 @@
+"""Decision Transformer on brax hopper, D4RL-style medium / medium-replay / medium-expert data.
+
+Data (`data.builder="locomotion"`, icrl_jax/data/builders.py `LocomotionData`): one on-device PPO
+run (data/sources/ppo.py) trains to `data.expert_steps`; its last agent is our expert, the first
+agent at a third of the expert's return is "medium". Three Minari datasets are written under the
+workdir, all storing the random and expert returns (the D4RL-normalised score's 0 and 100):
+`medium` (the medium policy, `num_train_tasks` x `num_steps` = 1M steps as D4RL), `medium-replay`
+(PPO's experience up to the medium agent) and `medium-expert` (medium + as many expert steps).
+`data.dataset_id` picks the one trained on, e.g. `--config.data.dataset_id=hopper/medium-replay-v0`.
+The DT (tanh head, MSE, return-to-go conditioning) is evaluated on 1000-step episodes with `vmap`
+over envs; `eval.json` has `model@<target>_d4rl_score` next to the random baseline's.
+
+Paper scale (default): GPT-DTMA App. A's recipe (context 20, lr 1e-4, 10K warmup, weight decay
+1e-4, batch 64, 100K updates, a GPT-2-sized DT from scratch). Our expert is PPO's, trained for
+`data.expert_steps` on device, not D4RL's SAC: the normalised score is relative to it, and the
+return targets are set from it (`eval.target_returns`). `:quick`: a short PPO run (its expert is
+far from D4RL's), a 50k-step medium dataset and a small DT, minutes on a 2-core CPU.
+"""
+
+from icrl_jax.config import apply_preset, base_config, cpu_preset, dt_model_config
+
+#: Per env: paper-scale PPO steps for the expert, DT return targets and rtg scale (paper / quick).
+ENVS = {
+    "hopper": dict(expert_steps=3_000_000, targets=(1800.0,), quick_targets=(600.0,)),
+    "walker2d": dict(expert_steps=5_000_000, targets=(2500.0,), quick_targets=(400.0,)),
+    "halfcheetah": dict(expert_steps=5_000_000, targets=(3000.0,), quick_targets=(600.0,)),
+}
+
+
+def quick_preset(name: str) -> dict:
+    return cpu_preset(
+        train_steps=2000, batch_size=64, seq_len=20, learning_rate=1e-3, d_model=64,
+        num_layers=2, num_heads=4,
+        **{"data.expert_steps": 300_000, "data.num_train_tasks": 50,
+           "data.ppo_chunk_updates": 10, "train.weight_decay": 0.0,
+           "eval.num_envs_per_task": 1, "data.num_test_tasks": 16,
+           "eval.target_returns": ENVS[name]["quick_targets"]})
+
+
+def add_locomotion_data(config, name: str) -> None:
+    """Env and data sections of the locomotion experiments (brax `name`, PPO-made datasets)."""
+    config.env.name = name
+    config.data.builder = "locomotion"
+    config.data.dataset_id = f"{name}/medium-v0"
+    config.data.minari_root = ""  # default: <workdir>/minari
+    config.data.source = "ppo"
+    # PPOConfig fields (data/sources/ppo.py); CleanRL's MuJoCo settings with 32 envs per update.
+    config.data.source_kwargs.num_envs = 32
+    config.data.source_kwargs.rollout_steps = 64
+    config.data.expert_steps = ENVS[name]["expert_steps"]
+    config.data.ppo_chunk_updates = 25  # agent snapshots (medium candidates) every 25 updates
+    config.data.medium_fraction = 1 / 3  # D4RL medium: about a third of the expert's return
+    config.data.num_train_tasks = 1000  # streams of the medium / expert rollouts
+    config.data.num_steps = 1000  # 1000 x 1000 = 1M steps, as D4RL's medium
+    config.data.num_test_tasks = 20  # evaluation episodes per seed (one env each)
+
+
+def locomotion_config(name: str, preset: str = ""):
+    config = base_config()
+    config.experiment = f"dt_{name}"
+    config.method = "dt"
+    add_locomotion_data(config, name)
+    config.model.update(dt_model_config())
+    config.model.d_model = 768
+    config.model.num_layers = 12
+    config.model.num_heads = 12
+    config.model.embedding_dropout = 0.1
+    config.model.residual_dropout = 0.1
+    config.model.attention_dropout = 0.1
+    config.model.rtg_scale = 1000.0  # D4RL DT's return scale for locomotion
+    config.model.max_timestep = 1000
+    config.train.num_steps = 100_000
+    config.train.batch_size = 64
+    config.train.seq_len = 20
+    config.train.learning_rate = 1e-4
+    config.train.warmup_steps = 10_000
+    config.train.weight_decay = 1e-4
+    config.train.steps_per_call = 100
+    config.train.log_every = 500
+    config.train.checkpoint_every = 5000
+    config.eval.tasks = "test"
+    config.eval.greedy = True  # the tanh head is deterministic
+    config.eval.num_envs_per_task = 1
+    config.eval.num_steps = 1000  # one episode (the time limit) per env
+    config.eval.target_returns = ENVS[name]["targets"]
+    # No "source" baseline (it would retrain PPO) and no privileged expert; the dataset's
+    # stored expert return is the score's 100.
+    config.eval.baselines = ("random",)
+    return apply_preset(config, {"quick": quick_preset(name)}, preset)
+
+
+def get_config(preset: str = ""):
+    return locomotion_config("hopper", preset)
