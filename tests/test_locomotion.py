@@ -138,7 +138,7 @@ def test_ppo_improves_hopper(hopper):
     config = PPOConfig(num_envs=16, rollout_steps=128, epochs=5, minibatches=8)
     ppo, state, log = train_ppo(hopper, jax.random.PRNGKey(0), 40_000, config,
                                 chunk_updates=1000)
-    assert log["mean_return"].shape == (19,) and log["steps"][-1] == 19 * 2048
+    assert log["mean_return"].shape == (20,) and log["steps"][-1] == 20 * 2048
     assert log["episodes"][0] >= 16  # every env ended an episode within update 0
     before, after = log["mean_return"][0], np.mean(log["mean_return"][-3:])
     assert after > 3.0 * before and after > 200, log["mean_return"]

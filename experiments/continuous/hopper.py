@@ -32,7 +32,7 @@ def quick_preset(name: str) -> dict:
         train_steps=2000, batch_size=64, seq_len=20, learning_rate=1e-3, d_model=64,
         num_layers=2, num_heads=4,
         **{"data.expert_steps": 300_000, "data.num_train_tasks": 50,
-           "data.ppo_chunk_updates": 10, "train.weight_decay": 0.0,
+           "data.ppo_chunk_updates": 5, "train.weight_decay": 0.0,
            "eval.num_envs_per_task": 1, "data.num_test_tasks": 16,
            "eval.target_returns": ENVS[name]["quick_targets"]})
 

@@ -226,13 +226,14 @@ class LocomotionData(Minari):
     "hopper/medium-v0"); `build` writes all three side by side under `data.minari_root`:
 
     1. PPO (`data.source_kwargs`: `PPOConfig` fields) trains for `data.expert_steps` steps,
-       recording all its experience and a snapshot of the agent every `data.ppo_chunk_updates`
-       updates; the last snapshot is the expert.
+       recording all its experience and a snapshot of the agent every chunk of (at most)
+       `data.ppo_chunk_updates` updates; the last snapshot is the expert.
     2. The expert's and a uniform random policy's returns (the first episode of each stream, all
        complete since `data.num_steps` >= the episode length) are the reference scores stored
        with every dataset (D4RL's normalised score: 0 random, 100 our expert).
-    3. Medium: the first snapshot whose training episodes (the last <= 10 updates of its chunk)
-       average at least `data.medium_fraction` (D4RL: about a third) of the expert's return;
+    3. Medium: of the snapshots up to the first whose training episodes (the last <= 10 updates
+       of its chunk) average at least `data.medium_fraction` (D4RL: about a third) of the
+       expert's return, the one closest to that target;
        `medium` is that policy's sampled actions on `num_train_tasks` streams x `num_steps`
        steps, `medium-replay` the training experience up to that snapshot, `medium-expert`
        medium plus as many steps of the expert.
@@ -274,16 +275,17 @@ class LocomotionData(Minari):
         start = time.perf_counter()
 
         # 1. One PPO run, recorded, with a snapshot of the agent per chunk.
-        ppo = P.PPO(env, ppo_config, int(data.expert_steps))
+        num_chunks, chunk = P.plan_chunks(int(data.expert_steps), ppo_config,
+                                          int(data.ppo_chunk_updates))
+        ppo = P.PPO(env, ppo_config, num_chunks * chunk * ppo_config.num_envs
+                    * ppo_config.rollout_steps)
         state = ppo.init(jax.random.fold_in(key, 0))
-        chunk = max(1, int(data.ppo_chunk_updates))
         logs, snapshots = [], []
-        for begin in range(0, ppo.num_updates, chunk):
-            state, out = ppo.run(state, min(chunk, ppo.num_updates - begin), True)
+        for c in range(num_chunks):
+            state, out = ppo.run(state, chunk, True)
             logs.append(jax.device_get(out))
             snapshots.append(jax.device_get(P.agent_of(state)))
-            done = begin + len(logs[-1]["mean_return"])
-            print(f"ppo: {done * ppo.steps_per_update} steps, return "
+            print(f"ppo: {(c + 1) * chunk * ppo.steps_per_update} steps, return "
                   f"{_recent_return(logs[-1]):.1f}", flush=True)
         train_seconds = time.perf_counter() - start
 
@@ -300,8 +302,10 @@ class LocomotionData(Minari):
         # 3. The medium snapshot, its rollout and the replay up to it.
         target = float(data.medium_fraction) * expert_ret
         chunk_returns = [_recent_return(l) for l in logs]
+        # The snapshot closest to the target among those up to the first that reaches it.
         reached = [i for i, r in enumerate(chunk_returns) if r >= target]
-        medium_chunk = reached[0] if reached else int(np.argmax(chunk_returns))
+        last = reached[0] if reached else len(logs) - 1
+        medium_chunk = int(np.argmin([abs(r - target) for r in chunk_returns[: last + 1]]))
         medium_eps, medium_ret = self._rollout(
             env, P.ppo_policy(env, snapshots[medium_chunk], ppo_config), params, num_steps,
             jax.random.fold_in(key, 3))

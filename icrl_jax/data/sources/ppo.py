@@ -252,29 +252,37 @@ class PPO:
         return jax.lax.scan(body, state, None, length=num_updates)
 
 
+def plan_chunks(total_steps: int, config: PPOConfig, chunk_updates: int) -> tuple[int, int]:
+    """(number of chunks, updates per chunk): equal chunks of at most `chunk_updates` updates
+    covering `total_steps` (at least one update), so every chunk reuses one compiled program."""
+    updates = max(1, -(-int(total_steps) // (config.num_envs * config.rollout_steps)))
+    num_chunks = -(-updates // max(1, int(chunk_updates)))
+    return num_chunks, -(-updates // num_chunks)
+
+
 def train_ppo(env, key, total_steps: int, config: PPOConfig = PPOConfig(), *,
               target_return: float | None = None, chunk_updates: int = 50,
               record: bool = False) -> tuple[PPO, dict, dict]:
-    """Train PPO on `env` for up to `total_steps` env steps (rounded down to whole updates).
+    """Train PPO on `env` for about `total_steps` env steps.
 
-    With `target_return`, stops after the first chunk of `chunk_updates` updates whose last
-    `min(10, chunk)` updates' episodes average at least that return (D4RL's "medium" policy).
-    Returns `(ppo, state, log)`: the `PPO` (its `run` continues training), the train state
-    (`agent_of(state)` is the policy) and host numpy
-    arrays per update: `mean_return` `(U,)`, `episodes` `(U,)`, `steps` `(U,)` (cumulative env
-    steps); with `record`, also the experience of every update (`replay_of(log)`).
+    The updates run in equal chunks of at most `chunk_updates` (`plan_chunks`: one compiled
+    program), so the total rounds up to whole updates and chunks. With `target_return`, training
+    stops after the first chunk whose last `min(10, chunk)` updates' episodes average at least
+    that return. Returns `(ppo, state, log)`: the `PPO` (its `run` continues training), the train
+    state (`agent_of(state)` is the policy) and host numpy arrays per update: `mean_return`
+    `(U,)` (NaN where no episode ended), `episodes` `(U,)`, `steps` `(U,)` (cumulative env
+    steps); with `record`, also each update's experience `(U, rollout_steps, num_envs, ...)`:
+    observations, actions (clipped), rewards, terminated, truncated, final_observations.
     """
-    ppo = PPO(env, config, total_steps)
+    num_chunks, chunk = plan_chunks(total_steps, config, chunk_updates)
+    ppo = PPO(env, config, num_chunks * chunk * config.num_envs * config.rollout_steps)
     state = ppo.init(key)
     logs = []
-    done_updates = 0
-    while done_updates < ppo.num_updates:
-        n = min(chunk_updates, ppo.num_updates - done_updates)
-        state, out = ppo.run(state, n, record)
+    for _ in range(num_chunks):
+        state, out = ppo.run(state, chunk, record)
         logs.append(jax.device_get(out))
-        done_updates += n
         if target_return is not None:
-            recent = logs[-1]["mean_return"][-min(10, n):]
+            recent = logs[-1]["mean_return"][-min(10, chunk):]
             if np.isfinite(recent).any() and np.nanmean(recent) >= target_return:
                 break
     log = {k: np.concatenate([part[k] for part in logs]) for k in logs[0]}
