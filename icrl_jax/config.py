@@ -290,6 +290,11 @@ def dt_model_config() -> ml_collections.ConfigDict:
         cnn_channels=(32, 64, 64),  # strided conv widths of the state encoder
         cnn_kernel=4,
         obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
+        # GPT-DTMA's variants (methods/dt.py):
+        pretrained="",  # a Hugging Face GPT-2 directory whose blocks initialise the transformer
+        mixture_of_attention=False,  # MoA: a softmax gate over each layer's heads, per token
+        markov_penalty=0.0,  # alpha of GPT-DTMA-R: alpha x the Markov heads' mean MoA gates
+        freeze_attention=False,  # GPT-DT(part): the LM's attention stays frozen
     ))
 
 

@@ -56,6 +56,8 @@ def sample_byte_windows(tokens: jax.Array, key: jax.Array, batch_size: int, wind
 class CausalLM:
     """What the trainer needs of a model: `init` and the next-token `loss`."""
 
+    trainable = None  # every parameter trains
+
     def __init__(self, config: GPT2Config):
         self.config = config
         self.model = GPT2LM(config)

@@ -54,9 +54,12 @@ class TrainState:
     opt_state: Any
 
 
-def make_optimizer(config, hyper: dict[str, jax.Array] | None = None
-                   ) -> optax.GradientTransformation:
+def make_optimizer(config, hyper: dict[str, jax.Array] | None = None,
+                   trainable: Callable | None = None) -> optax.GradientTransformation:
     """AdamW with linear warmup, cosine decay and global-norm gradient clipping.
+
+    `trainable(params) -> pytree of bool` (a method's `trainable`, None = all): parameters
+    marked False are frozen, neither updated nor weight-decayed (GPT-DT(part)).
 
     With `hyper` (traced `train.learning_rate` / `train.weight_decay`): optax's schedules branch
     on the peak value in Python, so the schedule is built for a peak of 1 and the update scaled
@@ -73,7 +76,11 @@ def make_optimizer(config, hyper: dict[str, jax.Array] | None = None
              optax.adamw(schedule, b1=config.b1, b2=config.b2, weight_decay=weight_decay)]
     if hyper is not None:
         chain.append(optax.scale(hyper["train.learning_rate"]))
-    return optax.chain(*chain)
+    if trainable is None:
+        return optax.chain(*chain)
+    labels = lambda params: jax.tree.map(lambda t: "train" if t else "frozen", trainable(params))
+    return optax.multi_transform({"train": optax.chain(*chain), "frozen": optax.set_to_zero()},
+                                 labels)
 
 
 def data_mesh() -> Mesh:
@@ -335,7 +342,7 @@ def train(method, data: TrainData, config: ml_collections.ConfigDict, workdir: s
     `TrainingDivergedError` on a NaN/inf loss or gradient (the last good checkpoint is kept).
     Returns the final state (fetched to host).
     """
-    optimizer = make_optimizer(config)
+    optimizer = make_optimizer(config, trainable=method.trainable)
     return _fit(lambda hyper: (method, optimizer), data, config, workdir, signature,
                 jax.random.key(seed), None, False, show_progress, stop_at, log)[0]
 
@@ -371,7 +378,8 @@ def train_replicas(build_method: Callable, config, data: TrainData, workdir: str
     def build(h):
         model = _Mapping(config.model.to_dict())
         model.update({k.split(".", 1)[1]: v for k, v in h.items() if k.startswith("model.")})
-        return build_method(model), make_optimizer(config.train, h)
+        method = build_method(model)
+        return method, make_optimizer(config.train, h, method.trainable)
 
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     train = ml_collections.ConfigDict(config.train.to_dict())
@@ -392,7 +400,8 @@ def restore_params(method, data: TrainData, config, workdir: str, signature: dic
     try:
         if checkpointer.latest_step() is None:
             raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints; train first")
-        like = init_state(lambda _: (method, make_optimizer(config)), data, jax.random.key(0))
+        like = init_state(lambda _: (method, make_optimizer(config, trainable=method.trainable)),
+                          data, jax.random.key(0))
         return checkpointer.restore(like).params
     finally:
         checkpointer.close()

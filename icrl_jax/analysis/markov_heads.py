@@ -49,3 +49,10 @@ def markov_heads(params: dict[str, Any], r: float = R_DEFAULT) -> list[dict[str,
     if not out:
         raise ValueError("no block_0/attention/qkv/kernel in these parameters")
     return out
+
+
+def markov_mask(params: dict[str, Any], r: float = R_DEFAULT) -> np.ndarray:
+    """bool `(num_layers, H)`: which heads of a transformer's params are Markov heads."""
+    heads = markov_heads(params, r)
+    layers, per_layer = heads[-1]["layer"] + 1, heads[-1]["head"] + 1
+    return np.array([h["markov"] for h in heads], bool).reshape(layers, per_layer)

@@ -10,8 +10,9 @@ A method is registered with `@register` (see `methods/__init__.py`) and provides
 * `policies(params, env, config) -> {name: ParamSource}`: how the trained model acts, run by the
   one rollout driver (`data/histories.py`) on JAX envs and through the bridge on host envs;
 * hooks: `signature` (what a checkpoint must agree on), `eval_params` (per-evaluation parameters),
-  `label` (its row name in reports), `any_action_count` (whether it acts on action sets of any
-  size), `write_analysis` (extra evaluation outputs such as attention maps).
+  `label` (its row name in reports), `trainable` (frozen parameters), `any_action_count`
+  (whether it acts on action sets of any size), `write_analysis` (extra evaluation outputs such
+  as attention maps).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class Method(abc.ABC):
         if report is not None and report.get("label"):
             return report.label
         return cls.display_name or cls.name
+
+    #: `trainable(params) -> pytree of bool`: which parameters the optimiser updates (None: all).
+    trainable: ClassVar[Any] = None
 
     def eval_params(self, params, key, env) -> Any:
         """Parameters of one evaluation run (default: the trained ones)."""

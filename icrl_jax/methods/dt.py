@@ -24,6 +24,18 @@ Returns-to-go enter divided by `model.rtg_scale`, and multiplied by `model.retur
 baseline; it may be a traced per-replica value). Padding steps are masked out of attention and
 of the loss.
 
+GPT-DTMA's variants (Table 3's columns) are switches of this method:
+* `model.pretrained=DIR` (GPT-DT): the transformer blocks and final norm come from a Hugging Face
+  GPT-2 directory (`models/gpt2.py`; GPT-2 small, or `icrl-jax pretrain-lm`'s checkpoint); the
+  embeddings and the action head are new, as Reid et al. do. The model fields must match the LM's
+  architecture (a clear error names each field that does not).
+* `model.mixture_of_attention` (DTMA, and GPT-DTMA with `pretrained`): MoA gates per layer
+  (`models/attention.py`); the loss logs `g_markov`, the gates' mean weight on the LM's Markov
+  heads (GPT-DTMA Definition 1, r = 20).
+* `model.markov_penalty=alpha` (GPT-DTMA-R): adds alpha * g_markov to the loss (paper Eq. 8).
+* `model.freeze_attention` (GPT-DT(part), Table 7): the LM's attention is not fine-tuned.
+Evaluation then writes `heads.json` / `head_importance.png` (`write_head_analysis`).
+
 Pixel states: uint8 image observations `(B, L, H, W, C)` are embedded by
 `models.encoders.CNNEncoder` (`model.cnn_channels`, `model.cnn_kernel`) after an optional
 integer average-pool `model.obs_pool` (a cheap downscale for CPU runs); ids and float vectors
@@ -32,6 +44,8 @@ keep `ObservationEmbedding`.
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Sequence
 
 import flax.linen as nn
@@ -42,6 +56,9 @@ import numpy as np
 
 from icrl_jax.config import dt_model_config  # noqa: F401 (re-export)
 from icrl_jax.analysis.attention_maps import context_attention, write_attention
+from icrl_jax.analysis.head_importance import (ablation_importance, gate_importance,
+                                               plot_head_importance)
+from icrl_jax.analysis.markov_heads import markov_mask
 from icrl_jax.data.history import History
 from icrl_jax.data.minari_io import MinariEpisodes
 from icrl_jax.data.pixel_store import PrefetchLoader
@@ -49,10 +66,13 @@ from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
 from icrl_jax.data.train_data import TrainData, on_device
 from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, pad_for_windows,
                                         sample_trajectory_windows)
+from icrl_jax.errors import UserError
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
 from icrl_jax.methods.dt_rollout import return_conditioned_source
 from icrl_jax.models.encoders import CNNEncoder
+from icrl_jax.models.gpt2 import (backbone_from_lm, cached_hf_gpt2, check_backbone_fits,
+                                  transformer_params)
 from icrl_jax.models.dt_tokens import (MultiActionTokens, ReturnEmbedding, SingleActionToken,
                                        interleave_step_tokens, step_attention_mask)
 from icrl_jax.models.tokens import ObservationEmbedding
@@ -114,11 +134,11 @@ class DTModel(nn.Module):
 
     @nn.compact
     def __call__(self, returns_to_go, observations, actions, timesteps, mask,
-                 deterministic: bool = True, return_attention: bool = False):
+                 deterministic: bool = True, return_attention: bool = False, head_scale=None):
         """Args (L steps of B windows):
           returns_to_go: float32 `(B, L)` (already scaled); observations `(B, L, *obs)` or int
           `(B, L)`; actions int32 `(B, L, n)` or float32 `(B, L, d)`; timesteps int32 `(B, L)`;
-          mask bool `(B, L)`.
+          mask bool `(B, L)`; head_scale optional `(layers, H)` head-output multipliers.
         Returns:
           logits `(B, L, sum(action_dims))` (component i in its slot) or tanh actions
           `(B, L, d)`; plus per-layer `(B, H, L*P, L*P)` attention maps when `return_attention`.
@@ -148,7 +168,8 @@ class DTModel(nn.Module):
         per_step = 2 + self.action_tokens_per_step
         hidden = self.backbone(tokens, deterministic=deterministic,
                                return_attention=return_attention,
-                               attention_mask=step_attention_mask(mask, per_step))
+                               attention_mask=step_attention_mask(mask, per_step),
+                               head_scale=head_scale)
         hidden, attention = hidden if return_attention else (hidden, None)
         hidden = hidden.reshape(hidden.shape[0], -1, per_step, hidden.shape[-1])
         if not self.action_dims:
@@ -161,6 +182,15 @@ class DTModel(nn.Module):
                 outs.append(nn.Dense(dim, name=f"head_{i}")(hidden[:, :, source]))
             out = jnp.concatenate(outs, axis=-1)
         return (out, attention) if return_attention else out
+
+
+def frozen_attention_labels(params) -> dict:
+    """GPT-DT(part)'s trainable mask: False for the backbone's attention sublayers (the
+    language model's qkv and output projections), True for everything else."""
+    def trainable(path, _):
+        keys = [getattr(p, "key", None) for p in path]
+        return not (keys[:1] == ["backbone"] and "attention" in keys)
+    return jax.tree_util.tree_map_with_path(trainable, params)
 
 
 def split_logits(logits: jax.Array, action_dims: Sequence[int]) -> list[jax.Array]:
@@ -194,13 +224,23 @@ class DecisionTransformer(Method):
 
     @classmethod
     def signature(cls, config, env) -> dict:
-        return dict(super().signature(config, env),
-                    timestep_encoding=config.model.timestep_encoding)
+        signature = dict(super().signature(config, env),
+                         timestep_encoding=config.model.timestep_encoding)
+        if config.model.get("pretrained"):  # same shapes as a DT from scratch: say which init
+            signature["pretrained"] = os.path.basename(os.path.normpath(config.model.pretrained))
+        return signature
 
     @classmethod
     def label(cls, config) -> str:
-        """The name, with M-SAT's no-positional-encoding ablation marked (`msat_nope`)."""
-        return cls.name + ("_nope" if config.model.timestep_encoding == "none" else "")
+        """The name with its variant marked: M-SAT's no-positional-encoding ablation
+        (`msat_nope`) and GPT-DTMA's columns (`gpt_dt`, `dtma`, `gpt_dtma`, `gpt_dtma_r`,
+        `gpt_dt_part`)."""
+        model = config.model
+        return ("gpt_" * bool(model.get("pretrained")) + cls.name
+                + "ma" * bool(model.get("mixture_of_attention"))
+                + "_r" * bool(model.get("markov_penalty"))
+                + "_part" * bool(model.get("freeze_attention"))
+                + "_nope" * (model.timestep_encoding == "none"))
 
     def training_data(self, dataset, config, env) -> TrainData:
         """Padded windows of whole episodes on device (from learning histories of fixed-length
@@ -239,14 +279,49 @@ class DecisionTransformer(Method):
                 for target in config.eval.target_returns}
 
     def write_analysis(self, params, final_states, config, env) -> dict:
-        """Attention maps (HTML + PNG) of env 0's last context at the highest target."""
+        """Attention maps (HTML + PNG) of env 0's last context at the highest target; for a
+        language-initialised or MoA model also the head analysis (`write_head_analysis`)."""
         name = f"model@{float(max(config.eval.target_returns)):g}"
-        context = jax.tree.map(lambda x: np.asarray(x[0]), final_states[name].last_context)
+        contexts = jax.tree.map(np.asarray, final_states[name].last_context)
+        context = jax.tree.map(lambda x: x[0], contexts)
         if not context.mask.any():
             return {}
         maps, labels = context_attention(self, params, context)
-        return write_attention(config.workdir, maps, labels,
-                               f"{config.experiment} ({self.label(config)}) env 0, {name}")
+        results = write_attention(config.workdir, maps, labels,
+                                  f"{config.experiment} ({self.label(config)}) env 0, {name}")
+        if self.pretrained or self.mixture:
+            results.update(self.write_head_analysis(params, contexts, config))
+        return results
+
+    def write_head_analysis(self, params, contexts: Trajectories, config) -> dict:
+        """GPT-DTMA's head analysis on the evaluation rollouts' last contexts (`(N, K, ...)`,
+        the envs whose last step is valid): the ablation importance ||o - o_{-i}|| of every
+        head, the MoA gate importance and G_Markov, and the Markov heads of the fine-tuned
+        model next to the language model's. Writes `heads.json` and `head_importance.png`."""
+        contexts = jax.tree.map(lambda x: jnp.asarray(x[contexts.mask[:, -1]]), contexts)
+        layers, heads = int(self.config.num_layers), int(self.config.num_heads)
+        importance = ablation_importance(
+            lambda scale: self.apply(params, contexts, head_scale=scale)[:, -1].astype(
+                jnp.float32), layers, heads)
+        finetuned = markov_mask(params["backbone"])
+        result = dict(label=self.label(config), envs=int(contexts.mask.shape[0]),
+                      ablation_importance=importance.round(5).tolist(),
+                      markov_heads_finetuned=finetuned.tolist())
+        if self.pretrained:
+            result["markov_heads_pretrained"] = self.markov.tolist()
+        if self.mixture:
+            _, gates = self.apply(params, contexts, return_gates=True)
+            gate = np.asarray(gate_importance(gates, self.token_weight(contexts.mask)))
+            result["gate_importance"] = gate.round(5).tolist()
+            if self.pretrained:
+                result["g_markov"] = round(float((gate * self.markov).sum()), 5)
+        with open(os.path.join(config.workdir, "heads.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        plot_head_importance(importance, self.markov if self.pretrained else finetuned,
+                             os.path.join(config.workdir, "head_importance.png"),
+                             f"{config.experiment} ({self.label(config)}): ||o - o_-i||")
+        return {k: result[k] for k in ("g_markov",) if k in result} | {
+            "heads_file": "heads.json"}
 
     def __init__(self, model_config: ml_collections.ConfigDict, action_dims: Sequence[int],
                  context_len: int, num_observations: int | None = None, continuous_dim: int = 0):
@@ -277,6 +352,25 @@ class DecisionTransformer(Method):
         backbone = Transformer.from_config(
             model_config, position=position,
             max_len=max(int(model_config.max_len), self.context_len * per_step))
+        # GPT-DTMA's variants: language-model init, MoA, the Markov-head penalty, frozen heads.
+        self.pretrained = str(model_config.get("pretrained", "") or "")
+        self.mixture = bool(model_config.get("mixture_of_attention", False))
+        self.markov_penalty = model_config.get("markov_penalty", 0.0)
+        if isinstance(self.markov_penalty, (int, float)) and self.markov_penalty and not (
+                self.mixture and self.pretrained):
+            raise UserError("model.markov_penalty penalises the MoA gates of the language "
+                            "model's Markov heads: it needs model.mixture_of_attention=True and "
+                            "model.pretrained=<a GPT-2 directory>")
+        if model_config.get("freeze_attention", False):
+            if not self.pretrained:
+                raise UserError("model.freeze_attention keeps the language model's attention "
+                                "(GPT-DT(part)): it needs model.pretrained=<a GPT-2 directory>")
+            self.trainable = frozen_attention_labels
+        if self.pretrained:
+            lm_config, lm_params = cached_hf_gpt2(self.pretrained)
+            check_backbone_fits(lm_config, int(model_config.d_model), backbone, self.pretrained)
+            self.lm_params = lm_params
+            self.markov = markov_mask(transformer_params(lm_params))
         self.model = DTModel(model_config.d_model, backbone, self.action_dims, num_observations,
                              int(continuous_dim), self.multi_action_tokens,
                              self.state_in_action_tokens, encoding,
@@ -290,40 +384,76 @@ class DecisionTransformer(Method):
         return len(self.action_dims)
 
     def apply(self, params, batch: Trajectories, deterministic: bool = True,
-              key: jax.Array | None = None, return_attention: bool = False):
-        """Model outputs for a batch of windows (see `DTModel.__call__`)."""
+              key: jax.Array | None = None, return_attention: bool = False,
+              head_scale: jax.Array | None = None, return_gates: bool = False):
+        """Model outputs for a batch of windows (see `DTModel.__call__`); with `return_gates`
+        (MoA models) also the gates `(layers, B, L*P, H)`."""
         rngs = {"dropout": key} if key is not None else {}
         returns = batch.returns_to_go / self.rtg_scale * self.return_conditioned
-        return self.model.apply({"params": params}, returns,
-                                 batch.observations, batch.actions, batch.timesteps, batch.mask,
-                                 deterministic=deterministic, return_attention=return_attention,
-                                 rngs=rngs)
+        out = self.model.apply({"params": params}, returns,
+                               batch.observations, batch.actions, batch.timesteps, batch.mask,
+                               deterministic=deterministic, return_attention=return_attention,
+                               head_scale=head_scale, rngs=rngs,
+                               mutable=["intermediates"] if return_gates else False)
+        if not return_gates:
+            return out
+        out, state = out
+        blocks = state["intermediates"]["backbone"]
+        gates = jnp.stack([blocks[f"block_{i}"]["attention"]["gates"][0]
+                           for i in range(int(self.config.num_layers))])
+        return out, gates
+
+    def token_weight(self, step_mask: jax.Array) -> jax.Array:
+        """bool `(B, L)` valid steps -> float32 `(B, L*P)` valid tokens."""
+        return jnp.repeat(step_mask, self.tokens_per_step, axis=1).astype(jnp.float32)
 
     def init(self, key: jax.Array, example: Trajectories):
-        return self.model.init({"params": key}, example.returns_to_go, example.observations,
-                               example.actions, example.timesteps, example.mask)["params"]
+        params = self.model.init({"params": key}, example.returns_to_go, example.observations,
+                                 example.actions, example.timesteps, example.mask)["params"]
+        if self.pretrained:  # GPT-DT: the LM's blocks, this model's embeddings and heads
+            params = dict(params, backbone=backbone_from_lm(params["backbone"], self.lm_params,
+                                                            self.pretrained))
+        return params
 
     def loss(self, params, batch: Trajectories, key: jax.Array, deterministic: bool = False):
         """Masked mean over valid steps of the summed component cross entropies (or MSE).
 
         Returns (loss, metrics); `accuracy` is the fraction of valid steps whose every
         component's argmax is right (for continuous actions: 1 - MSE, a progress readout)."""
-        out = self.apply(params, batch, deterministic, key).astype(jnp.float32)  # bf16 runs
+        extra = {}
+        if self.mixture:
+            out, gates = self.apply(params, batch, deterministic, key, return_gates=True)
+            extra = self.gate_metrics(gates, batch.mask)
+        else:
+            out = self.apply(params, batch, deterministic, key)
+        out = out.astype(jnp.float32)  # bf16 runs
         weight = batch.mask.astype(jnp.float32)
         count = jnp.maximum(weight.sum(), 1.0)
         if not self.action_dims:
             per_step = ((out - batch.actions) ** 2).mean(-1)
-            loss = (per_step * weight).sum() / count
-            return loss, {"loss": loss, "accuracy": 1.0 - loss}
+            action_loss = (per_step * weight).sum() / count
+            loss = action_loss + extra.get("markov_penalty", 0.0)
+            return loss, {"loss": loss, "action_loss": action_loss, "accuracy": 1.0 - action_loss,
+                          **extra}
         per_step, correct = 0.0, True
         for i, logits in enumerate(split_logits(out, self.action_dims)):
             target = batch.actions[..., i]
             log_probs = jax.nn.log_softmax(logits, axis=-1)
             per_step = per_step - jnp.take_along_axis(log_probs, target[..., None], -1)[..., 0]
             correct = correct & (jnp.argmax(logits, -1) == target)
-        loss = (per_step * weight).sum() / count
+        action_loss = (per_step * weight).sum() / count
+        loss = action_loss + extra.get("markov_penalty", 0.0)
         accuracy = (correct * weight).sum() / count
-        return loss, {"loss": loss, "accuracy": accuracy}
+        return loss, {"loss": loss, "action_loss": action_loss, "accuracy": accuracy, **extra}
+
+    def gate_metrics(self, gates: jax.Array, step_mask: jax.Array) -> dict[str, jax.Array]:
+        """MoA readouts of a batch: G_Markov (the summed mean gates of the language model's
+        Markov heads) and GPT-DTMA-R's penalty, alpha * G_Markov (paper Eq. 8)."""
+        if not self.pretrained:
+            return {}
+        importance = gate_importance(gates, self.token_weight(step_mask))
+        g_markov = (importance * jnp.asarray(self.markov, jnp.float32)).sum()
+        return {"g_markov": g_markov, "markov_penalty": self.markov_penalty * g_markov}
 
     def choose_action(self, params, context: Trajectories, key: jax.Array,
                       greedy: bool | jax.Array) -> jax.Array:

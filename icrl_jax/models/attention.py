@@ -51,22 +51,30 @@ def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0) 
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head self-attention.
+    """Multi-head self-attention, optionally a Mixture of Attention heads (MoA).
 
     Uses `dot_product_attention` (cuDNN flash attention on GPUs where available, XLA
     elsewhere). When attention dropout is active or the attention weights are requested, it
     computes the softmax explicitly, since the fused kernel exposes neither.
+
+    MoA (`mixture`, Zhang et al. 2022; GPT-DTMA Eq. 4 and Fig. 5): a linear gate on each token
+    gives a softmax over the heads, and head i's output is scaled by its gate before the output
+    projection. The gates are multiplied by the head count and the gate starts at zero, so a
+    fresh gate is uniform and the layer starts as plain multi-head attention: a GPT-2-initialised
+    GPT-DTMA begins exactly where GPT-DT begins. The gates `(B, T, H)` are sown into the
+    `intermediates` collection as `gates` (the per-head importance scores).
     """
 
     num_heads: int
     dropout_rate: float = 0.0
     rotary: bool = False
     normalize_qk: bool = False
+    mixture: bool = False
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
                  kv_cache: tuple[jax.Array, jax.Array] | None = None,
-                 cache_index: jax.Array | None = None):
+                 cache_index: jax.Array | None = None, head_scale: jax.Array | None = None):
         """Args:
           x: `(B, T, D)`.
           mask: bool `(B or 1, 1, T, T)`, True where a query may attend to a key; with a cache,
@@ -76,6 +84,8 @@ class MultiHeadAttention(nn.Module):
             keys and values of `x` are written at slots `[cache_index, cache_index + T)` and the
             queries attend to all S slots (the mask says which are valid).
           cache_index: int32 `()` first slot written.
+          head_scale: optional float `(H,)` multiplying each head's output before the output
+            projection (0 removes a head: GPT-DTMA's head-importance ablation).
         Returns:
           `(B, T, D)`, and `(B, H, T, T or S)` attention weights when `return_weights`; with a
           cache, also the updated cache (last).
@@ -110,6 +120,13 @@ class MultiHeadAttention(nn.Module):
         else:
             out = dot_product_attention(q, k, v, jnp.broadcast_to(
                 mask, (x.shape[0],) + mask.shape[1:]))
+        if self.mixture:
+            gates = jax.nn.softmax(nn.Dense(self.num_heads, kernel_init=nn.initializers.zeros,
+                                            name="gate")(x).astype(jnp.float32), axis=-1)
+            self.sow("intermediates", "gates", gates)
+            out = out * (self.num_heads * gates).astype(out.dtype)[..., None]
+        if head_scale is not None:
+            out = out * head_scale.astype(out.dtype)[:, None]
         out = nn.DenseGeneral(d_model, axis=(-2, -1), name="out")(out)
         outputs = (out, weights) if return_weights else (out,)
         if kv_cache is not None:

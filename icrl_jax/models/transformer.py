@@ -54,13 +54,15 @@ class Block(nn.Module):
     rotary: bool
     normalize_qk: bool
     norm_epsilon: float = 1e-6
+    mixture_of_attention: bool = False
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
-                 kv_cache=None, cache_index=None):
+                 kv_cache=None, cache_index=None, head_scale=None):
         """Returns (x, attention weights or None, updated kv cache or None)."""
         attention = MultiHeadAttention(self.num_heads, self.attention_dropout, self.rotary,
-                                       self.normalize_qk, name="attention")
+                                       self.normalize_qk, self.mixture_of_attention,
+                                       name="attention")
         dropout = Dropout(self.residual_dropout)
         norm1 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm1")
         norm2 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm2")
@@ -69,7 +71,7 @@ class Block(nn.Module):
 
         h = norm1(x) if self.pre_norm else x
         attended = attention(h, mask, positions, deterministic, return_weights, kv_cache,
-                             cache_index)
+                             cache_index, head_scale)
         if kv_cache is not None:
             *attended, kv_cache = attended
             attended = tuple(attended) if return_weights else attended[0]
@@ -106,6 +108,7 @@ class Transformer(nn.Module):
     ngram_shuffle: bool = False
     ngram_latest: bool = False
     norm_epsilon: float = 1e-6  # LayerNorm epsilon (flax's default; GPT-2 uses 1e-5)
+    mixture_of_attention: bool = False  # MoA gates over each layer's heads (attention.py)
 
     @classmethod
     def from_config(cls, config, **overrides) -> "Transformer":
@@ -123,7 +126,7 @@ class Transformer(nn.Module):
                  deterministic: bool = True, return_attention: bool = False,
                  attention_mask: jax.Array | None = None, positions: jax.Array | None = None,
                  ngram_ids: jax.Array | None = None, cache: list | None = None,
-                 cache_index: jax.Array | None = None):
+                 cache_index: jax.Array | None = None, head_scale: jax.Array | None = None):
         """Args:
           x: `(B, T, D)` token embeddings.
           padding_mask: optional bool `(B, T)`, False for padding tokens (never attended to).
@@ -139,6 +142,8 @@ class Transformer(nn.Module):
             `[cache_index, cache_index + T)`; `attention_mask` `(B or 1, 1, T, S)` and `positions`
             are then required. Exact: a token's keys and values never change once written.
           cache_index: int32 `()`, the first slot of the new tokens.
+          head_scale: optional float `(num_layers, H)` multipliers of each head's output (zero
+            removes a head; see `MultiHeadAttention`).
         Returns:
           `(B, T, D)` hidden states, plus a list of per-layer `(B, H, T, T)` attention weights
           when `return_attention`, plus the updated cache when `cache` is given.
@@ -195,8 +200,10 @@ class Transformer(nn.Module):
             x, weights, layer_cache = Block(
                 self.num_heads, self.mlp_ratio, self.pre_norm, self.residual_dropout,
                 self.attention_dropout, self.position == "rotary", self.normalize_qk,
-                self.norm_epsilon, name=f"block_{i}")(x, mask, positions, deterministic, return_attention,
-                                   None if cache is None else cache[i], cache_index)
+                self.norm_epsilon, self.mixture_of_attention, name=f"block_{i}")(
+                x, mask, positions, deterministic, return_attention,
+                None if cache is None else cache[i], cache_index,
+                None if head_scale is None else head_scale[i])
             attention_maps.append(weights)
             new_cache.append(layer_cache)
             x = ngram_layers(x, i + 1)

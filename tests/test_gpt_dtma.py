@@ -1,0 +1,166 @@
+"""GPT-DTMA on our DT: Mixture of Attention, head ablation, GPT-2 initialisation, the Markov-head
+penalty and GPT-DT(part)'s frozen attention."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from icrl_jax import train as T
+from icrl_jax.analysis.head_importance import ablation_importance, gate_importance
+from icrl_jax.config import default_train_config, default_transformer_config, dt_model_config
+from icrl_jax.data.train_data import on_device
+from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
+from icrl_jax.errors import UserError
+from icrl_jax.methods.dt import DecisionTransformer
+from icrl_jax.models.gpt2 import CheckpointFormatError, load_hf_gpt2
+from icrl_jax.models.transformer import Transformer
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "gpt2_tiny")  # 2 x 32, 4 heads
+
+
+def _tokens(key=0, shape=(3, 7, 16)):
+    return jax.random.normal(jax.random.PRNGKey(key), shape)
+
+
+def test_fresh_moa_gate_is_plain_attention_and_sums_to_one():
+    plain = Transformer(num_layers=2, num_heads=4)
+    moa = Transformer(num_layers=2, num_heads=4, mixture_of_attention=True)
+    x = _tokens()
+    params = moa.init(jax.random.PRNGKey(1), x)["params"]
+    without_gates = jax.tree.map(lambda p: p, params)
+    for block in ("block_0", "block_1"):
+        without_gates[block]["attention"] = {k: v for k, v in params[block]["attention"].items()
+                                             if k != "gate"}
+    np.testing.assert_allclose(moa.apply({"params": params}, x),
+                               plain.apply({"params": without_gates}, x), atol=1e-6)
+    # A trained (non-zero) gate changes the output; the sown gates are per-token softmaxes.
+    params["block_0"]["attention"]["gate"]["kernel"] = jax.random.normal(
+        jax.random.PRNGKey(2), params["block_0"]["attention"]["gate"]["kernel"].shape)
+    out, state = moa.apply({"params": params}, x, mutable=["intermediates"])
+    assert not np.allclose(out, plain.apply({"params": without_gates}, x), atol=1e-4)
+    gates = state["intermediates"]["block_0"]["attention"]["gates"][0]
+    assert gates.shape == (3, 7, 4)
+    np.testing.assert_allclose(gates.sum(-1), 1.0, atol=1e-6)
+    assert float(gates.std()) > 0.01
+
+
+def test_head_scale_removes_exactly_one_head():
+    model = Transformer(num_layers=2, num_heads=4)
+    x = _tokens()
+    params = model.init(jax.random.PRNGKey(1), x)["params"]
+    ones = jnp.ones((2, 4))
+    np.testing.assert_allclose(model.apply({"params": params}, x, head_scale=ones),
+                               model.apply({"params": params}, x), atol=1e-6)
+    # Zeroing head (1, 2) equals zeroing that head's slice of the output projection.
+    cut = jax.tree.map(lambda p: p, params)
+    kernel = params["block_1"]["attention"]["out"]["kernel"]  # (H, Dh, D)
+    cut["block_1"]["attention"]["out"]["kernel"] = kernel.at[2].set(0.0)
+    np.testing.assert_allclose(model.apply({"params": params}, x, head_scale=ones.at[1, 2].set(0)),
+                               model.apply({"params": cut}, x), atol=1e-6)
+
+    importance = ablation_importance(
+        lambda scale: model.apply({"params": cut}, x, head_scale=scale).reshape(3, -1), 2, 4)
+    assert importance.shape == (2, 4)
+    assert importance[1, 2] < 1e-4 and (np.delete(importance.reshape(-1), 6) > 1e-2).all()
+
+
+def test_gate_importance_is_the_weighted_mean_gate():
+    gates = jnp.stack([jnp.array([[[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]]])])  # (1, 1, 3, 2)
+    weight = jnp.array([[1.0, 1.0, 0.0]])
+    np.testing.assert_allclose(gate_importance(gates, weight), [[0.5, 0.5]])
+    np.testing.assert_allclose(gate_importance(gates, jnp.array([[1.0, 0.0, 0.0]])), [[1.0, 0.0]])
+
+
+def _dt(**model):
+    config = default_transformer_config()
+    config.update(dt_model_config())
+    config.update(dict(d_model=32, num_layers=2, num_heads=4, norm_epsilon=1e-5))
+    config.update(model)
+    return DecisionTransformer(config, (), context_len=4, continuous_dim=2)
+
+
+def _windows(n=64, steps=4, seed=0):
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, steps, 3)).astype(np.float32)
+    actions = np.tanh(obs[..., :2] * 2.0).astype(np.float32)  # a function of the state
+    rewards = np.ones((n, steps), np.float32)
+    return Trajectories(obs, actions, rewards, np.cumsum(rewards[:, ::-1], 1)[:, ::-1].copy(),
+                        np.tile(np.arange(steps, dtype=np.int32), (n, 1)),
+                        np.ones((n, steps), bool))
+
+
+def test_gpt_dt_takes_the_language_models_blocks():
+    method = _dt(pretrained=FIXTURE)
+    params = method.init(jax.random.PRNGKey(0), jax.tree.map(jnp.asarray, _windows(2)))
+    _, lm = load_hf_gpt2(FIXTURE)
+    for block in ("block_0", "block_1"):
+        np.testing.assert_array_equal(params["backbone"][block]["attention"]["qkv"]["kernel"],
+                                      lm["transformer"][block]["attention"]["qkv"]["kernel"])
+        np.testing.assert_array_equal(params["backbone"][block]["Dense_0"]["kernel"],
+                                      lm["transformer"][block]["Dense_0"]["kernel"])
+    np.testing.assert_array_equal(params["backbone"]["final_norm"]["scale"],
+                                  lm["transformer"]["final_norm"]["scale"])
+    scratch = _dt().init(jax.random.PRNGKey(0), jax.tree.map(jnp.asarray, _windows(2)))
+    assert not np.allclose(scratch["backbone"]["block_0"]["attention"]["qkv"]["kernel"],
+                           params["backbone"]["block_0"]["attention"]["qkv"]["kernel"])
+    assert method.markov.shape == (2, 4)
+    assert _dt().label(ml_collections.ConfigDict(dict(model=dict(
+        pretrained=FIXTURE, mixture_of_attention=True, markov_penalty=0.1,
+        timestep_encoding="timestep")))) == "gpt_dtma_r"
+
+
+def test_language_model_that_does_not_fit_is_named():
+    with pytest.raises(CheckpointFormatError, match=r"model.d_model=64 \(the LM has 32\)"):
+        config = dict(pretrained=FIXTURE, d_model=64)
+        _dt(**config)
+    with pytest.raises(CheckpointFormatError, match=r"model.num_heads=2 \(the LM has 4\)"):
+        _dt(pretrained=FIXTURE, num_heads=2)
+    with pytest.raises(CheckpointFormatError, match="config.json"):
+        _dt(pretrained=os.path.dirname(FIXTURE))
+
+
+def test_variant_switches_need_their_prerequisites():
+    with pytest.raises(UserError, match="markov_penalty"):
+        _dt(mixture_of_attention=True, markov_penalty=0.1)
+    with pytest.raises(UserError, match="freeze_attention"):
+        _dt(freeze_attention=True)
+
+
+def _train(method, tmp_path, steps=20):
+    config = default_train_config()
+    config.update(dict(num_steps=steps, batch_size=16, seq_len=4, learning_rate=3e-3,
+                       warmup_steps=1, steps_per_call=10, log_every=10, checkpoint_every=steps))
+    data = on_device(jax.tree.map(jnp.asarray, _windows()), sample_trajectory_windows, 4)
+    return T.train(method, data, config, str(tmp_path), {"t": 1}, show_progress=False)
+
+
+def test_gpt_dt_part_keeps_the_language_models_attention(tmp_path):
+    method = _dt(pretrained=FIXTURE, freeze_attention=True)
+    state = _train(method, tmp_path)
+    _, lm = load_hf_gpt2(FIXTURE)
+    block = state.params["backbone"]["block_1"]
+    for name in ("qkv", "out"):
+        np.testing.assert_array_equal(block["attention"][name]["kernel"],
+                                      lm["transformer"]["block_1"]["attention"][name]["kernel"])
+    assert not np.allclose(block["Dense_0"]["kernel"],
+                           lm["transformer"]["block_1"]["Dense_0"]["kernel"])
+
+
+def test_markov_penalty_is_alpha_times_g_markov_and_lowers_it(tmp_path):
+    method = _dt(pretrained=FIXTURE, mixture_of_attention=True, markov_penalty=0.5)
+    # The random fixture has no Markov head at r = 20: mark two, as a real GPT-2 has some.
+    method.markov = np.zeros((2, 4), bool)
+    method.markov[0, 1] = method.markov[1, 3] = True
+    batch = jax.tree.map(jnp.asarray, _windows(8))
+    params = method.init(jax.random.PRNGKey(0), batch)
+    loss, metrics = method.loss(params, batch, jax.random.PRNGKey(1), deterministic=True)
+    # A fresh gate is uniform: each marked head has weight 1/4.
+    np.testing.assert_allclose(metrics["g_markov"], 0.5, atol=1e-6)
+    np.testing.assert_allclose(loss - metrics["action_loss"], 0.25, atol=1e-6)
+    state = _train(method, tmp_path, steps=40)
+    _, after = method.loss(state.params, batch, jax.random.PRNGKey(1), deterministic=True)
+    assert float(after["g_markov"]) < 0.4
