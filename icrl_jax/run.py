@@ -309,11 +309,15 @@ def run_seeds(config) -> list[str]:
 def report(config) -> dict[str, str]:
     """Train and evaluate every seed, then write Table 1 and the figures to `<workdir>/report`;
     a config with a `grid` section reports a grid of masking regimes instead (Uni[MASK]'s
-    heatmaps, `masking_grid.py`)."""
+    heatmaps, `masking_grid.py`), one with `columns` a table of config variants x seeds
+    (GPT-DTMA's tables, `column_table.py`)."""
     if config.get("grid") is not None:
         from icrl_jax.masking_grid import run_grid
         env = build_env(config)
         return run_grid(config, dataset_of(config, env), env)
+    if config.get("columns") is not None:
+        from icrl_jax.column_table import run_columns
+        return run_columns(config)
     from icrl_jax.report import write_report
     return write_report([config.workdir] if run_seeds(config) else [],
                         os.path.join(config.workdir, "report"))

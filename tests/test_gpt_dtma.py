@@ -164,3 +164,41 @@ def test_markov_penalty_is_alpha_times_g_markov_and_lowers_it(tmp_path):
     state = _train(method, tmp_path, steps=40)
     _, after = method.loss(state.params, batch, jax.random.PRNGKey(1), deterministic=True)
     assert float(after["g_markov"]) < 0.4
+
+
+def test_point_maze_table_end_to_end(tmp_path):
+    """`icrl-jax report` on the GPT-DTMA maze config, shrunk: a DT and a GPT-DTMA column from the
+    fixture LM; the table, the head analysis and G_Markov come out; a second call resumes."""
+    from experiments.gpt_dtma.point_maze import get_config
+    from icrl_jax.run import report
+
+    config = get_config("quick")
+    config.workdir = str(tmp_path)
+    config.columns = ml_collections.ConfigDict({k: config.columns[k] for k in ("DT", "GPT-DTMA")})
+    config.report.update(dict(num_seeds=1, pretrained=FIXTURE))
+    config.model.update(dict(d_model=32, num_layers=2, num_heads=4))
+    config.train.update(dict(num_steps=20, steps_per_call=10, log_every=10,
+                             checkpoint_every=20, warmup_steps=5))
+    config.data.update(dict(num_train_tasks=4, num_test_tasks=2, num_steps=300))
+    config.eval.num_steps = 30
+    config.run.progress = False
+    report(config)
+    with open(tmp_path / "table.json") as f:
+        import json
+        table = json.load(f)
+    assert set(table["rows"]) == {"DT", "GPT-DTMA"}
+    assert table["rows"]["GPT-DTMA"]["g_markov"]["seeds"] == [0.0]  # the fixture has none
+    assert table["rows"]["DT"]["g_markov"]["seeds"] == []
+    for metric in ("episode_length", "goal_reached"):
+        assert len(table["rows"]["DT"][metric]["seeds"]) == 1
+    heads = tmp_path / "GPT-DTMA" / "seed_0" / "heads.json"
+    assert heads.exists() and (tmp_path / "GPT-DTMA" / "seed_0" / "head_importance.png").exists()
+    assert not (tmp_path / "DT" / "seed_0" / "heads.json").exists()
+    assert "| GPT-DTMA |" in (tmp_path / "table.md").read_text()
+    mtime = os.path.getmtime(tmp_path / "DT" / "seed_0" / "eval.json")
+    report(config)  # resumes: nothing retrained or re-evaluated
+    assert os.path.getmtime(tmp_path / "DT" / "seed_0" / "eval.json") == mtime
+    config.report.pretrained = ""
+    config.columns = ml_collections.ConfigDict({"GPT-DT": (("model.pretrained", "{pretrained}"),)})
+    with pytest.raises(UserError, match="report.pretrained"):
+        report(config)

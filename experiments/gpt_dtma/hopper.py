@@ -1,0 +1,24 @@
+"""GPT-DTMA Table 3's analogue on brax hopper (`icrl-jax report --config
+experiments/gpt_dtma/hopper.py[:quick]`): DT, DTMA, GPT-DT, GPT-DTMA and GPT-DTMA-R, 3 seeds,
+D4RL-normalised score against our PPO data's random and expert returns.
+
+Data and DT recipe: `experiments/continuous/hopper.py` (medium by default;
+`--config.data.dataset_id=hopper/medium-replay-v0` or `hopper/medium-expert-v0` for the other
+rows). Paper scale: GPT-2 small (`--config.report.pretrained=DIR`), App. A's fine-tuning recipe.
+`:quick`: starts from `lm.py:quick`'s checkpoint (run `icrl-jax pretrain-lm` first), the 4 x 128
+model, 1000 steps; hopper's quick PPO data.
+"""
+
+from experiments.continuous.hopper import locomotion_config
+from experiments.gpt_dtma import add_columns, apply_quick
+
+TABLE3 = ("DT", "DTMA", "GPT-DT", "GPT-DTMA", "GPT-DTMA-R")
+
+
+def get_config(preset: str = ""):
+    config = locomotion_config("hopper", preset)
+    config.experiment = "gpt_dtma_hopper"
+    add_columns(config, TABLE3, ("d4rl_score", "first_episode_return"))
+    if preset == "quick":
+        apply_quick(config)
+    return config

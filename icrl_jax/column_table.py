@@ -1,0 +1,99 @@
+"""`icrl-jax report` on a config with a `columns` section: one table of config variants x seeds.
+
+Each column is a tuple of (dotted key, value) overrides of the config (e.g. GPT-DTMA's DT / DTMA / GPT-DT /
+GPT-DTMA / GPT-DTMA-R, `experiments/gpt_dtma/`); the string "{pretrained}" in an override is
+replaced by `report.pretrained` (a language-model directory given at run time). Every column
+trains `report.num_seeds` seeds on the one shared dataset, each in
+`<workdir>/<column>/seed_<s>/` (resumable: a seed with an `eval.json` is not run again), and is
+evaluated by the usual `run.evaluate`. The table reads `model@<highest target>_<metric>` for each
+of `report.metrics` from the seeds' `eval.json`, and `g_markov` from `heads.json` where the model
+has MoA gates, and writes `<workdir>/table.md` and `table.json` (mean, standard error, per-seed
+values).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from icrl_jax.config import set_dotted
+from icrl_jax.errors import UserError
+
+
+def column_config(config, column: str, seed: int) -> ml_collections.ConfigDict:
+    """The config of one column's seed: its overrides, seed and work directory, the shared
+    dataset."""
+    from icrl_jax.run import seed_config
+
+    seeded = seed_config(config, seed)
+    seeded.unlock()
+    for dotted, value in config.columns[column]:
+        if isinstance(value, str) and "{pretrained}" in value:
+            if not config.report.pretrained:
+                raise UserError(f"column {column!r} starts from a language model: give its "
+                                "Hugging Face directory with --config.report.pretrained=DIR "
+                                "(e.g. the hf/ folder that `icrl-jax pretrain-lm` writes)")
+            value = value.format(pretrained=config.report.pretrained)
+        set_dotted(seeded, dotted, value)
+    seeded.workdir = os.path.join(config.workdir, column, f"seed_{seed}")
+    seeded.run.evaluate = True
+    seeded.lock()
+    return seeded
+
+
+def _cell(values: list[float]) -> dict[str, Any]:
+    values = [v for v in values if v is not None]
+    if not values:
+        return dict(mean=None, sem=None, seeds=[])
+    sem = float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+    return dict(mean=float(np.mean(values)), sem=sem, seeds=[float(v) for v in values])
+
+
+def run_columns(config) -> dict[str, str]:
+    """Train and evaluate every column's seeds (resuming), then write the table."""
+    from icrl_jax.run import build_env, generate, train
+
+    generate(config, build_env(config))
+    target = f"model@{float(max(config.eval.target_returns)):g}"
+    metrics = list(config.report.metrics)
+    rows: dict[str, dict[str, Any]] = {}
+    for column in config.columns:
+        per_seed: dict[str, list] = {m: [] for m in metrics + ["g_markov"]}
+        for seed in range(int(config.report.num_seeds)):
+            seeded = column_config(config, column, seed)
+            os.makedirs(seeded.workdir, exist_ok=True)
+            result_path = os.path.join(seeded.workdir, "eval.json")
+            if not os.path.exists(result_path):
+                train(seeded)
+            with open(result_path) as f:
+                result = json.load(f)
+            for metric in metrics:
+                per_seed[metric].append(result.get(f"{target}_{metric}"))
+            per_seed["g_markov"].append(result.get("g_markov"))
+        rows[column] = {m: _cell(v) for m, v in per_seed.items()}
+    table = dict(experiment=config.experiment, target=target,
+                 seeds=int(config.report.num_seeds), rows=rows)
+    with open(os.path.join(config.workdir, "table.json"), "w") as f:
+        json.dump(table, f, indent=1)
+    path = os.path.join(config.workdir, "table.md")
+    with open(path, "w") as f:
+        f.write(format_table(table, metrics))
+    print(format_table(table, metrics))
+    return dict(table=path)
+
+
+def format_table(table: dict[str, Any], metrics: list[str]) -> str:
+    """Markdown: a row per column, mean +- standard error over seeds per metric."""
+    show = metrics + (["g_markov"] if any(r["g_markov"]["seeds"] for r in table["rows"].values())
+                      else [])
+    lines = [f"{table['experiment']} ({table['target']}, {table['seeds']} seeds, mean ± s.e.m.)",
+             "", "| column | " + " | ".join(show) + " |", "|---" * (len(show) + 1) + "|"]
+    for column, cells in table["rows"].items():
+        values = [("—" if cells[m]["mean"] is None else
+                   f"{cells[m]['mean']:.3g} ± {cells[m]['sem']:.2g}") for m in show]
+        lines.append(f"| {column} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
