@@ -118,7 +118,8 @@ def _throughput(seconds_per_call, state, steps, batch, context, layers, d_model,
     params = jax.tree.map(lambda x: x[0], state.params) if replicas > 1 else state.params
     embedding = sum(int(np.size(x)) for path, x in jax.tree_util.tree_leaves_with_path(params)
                     if "position_embedding" in jax.tree_util.keystr(path)
-                    or "table" in jax.tree_util.keystr(path) or "'action'" in jax.tree_util.keystr(path))
+                    or "table" in jax.tree_util.keystr(path) or "'action'" in jax.tree_util.keystr(path)
+                    or "'timestep'" in jax.tree_util.keystr(path))  # DT's timestep table
     n_nonembedding = count_params(params) - embedding
     flops = flops_per_token(n_nonembedding, layers, d_model, context)
     tokens = steps * batch * context * replicas / seconds_per_call
@@ -171,6 +172,39 @@ def measure_unimask(num_replicas, calls, precision="fp32"):
                        int(config.model.num_layers), int(config.model.d_model), num_replicas)
 
 
+def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
+    """GPT-DTMA's quick DT (the 4 x 128 GPT-2 of `experiments/gpt_dtma/lm.py:quick`, 4 heads) on
+    hopper-shaped synthetic windows (11-d states, 3-d actions), batch 32 x 20 steps = 60 tokens
+    each; `mixture` adds the MoA gates. Initialisation does not change the step, so GPT-DT and
+    DT share a row."""
+    from experiments.gpt_dtma import QUICK_MODEL
+    from icrl_jax.config import dt_model_config
+    from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
+    from icrl_jax.methods.dt import DecisionTransformer
+
+    config = default_transformer_config()
+    config.update(dt_model_config())
+    config.update(dict(d_model=QUICK_MODEL["model.d_model"], num_layers=QUICK_MODEL["model.num_layers"],
+                       num_heads=QUICK_MODEL["model.num_heads"], norm_epsilon=1e-5,
+                       mixture_of_attention=mixture))
+    steps, batch = 20, QUICK_MODEL["train.batch_size"]
+    method = DecisionTransformer(config, (), steps, None, continuous_dim=3)
+    rng = np.random.default_rng(0)
+    n, t = 256, 200
+    episodes = Trajectories(rng.normal(size=(n, t, 11)).astype(np.float32),
+                            rng.uniform(-1, 1, (n, t, 3)).astype(np.float32),
+                            np.ones((n, t), np.float32), np.ones((n, t), np.float32),
+                            np.tile(np.arange(t, dtype=np.int32), (n, 1)), np.ones((n, t), bool))
+    train_data = on_device(jax.device_put(episodes), sample_trajectory_windows, steps)
+    train_config = default_train_config()
+    train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=steps, steps_per_call=10,
+                             compute_dtype=precision))
+    optimizer = make_optimizer(train_config)
+    seconds, state = _time_calls(lambda _: (method, optimizer), train_data, train_config, calls)
+    return _throughput(seconds, state, 10, batch, 3 * steps, int(config.num_layers),
+                       int(config.d_model))
+
+
 def _row(name, shape, batch, params, r, peak) -> str:
     mfu = f"{100 * r['model_flops_per_s'] / peak:.0f}%" if peak else "n/a (no known peak)"
     return (f"| {name} | {shape} | {batch} | {params} | {r['tokens_per_s']:,.0f} "
@@ -211,6 +245,11 @@ def main():
     rows.append(_row("Uni[MASK] DoorKey quick grid (30 vmapped replicas)", "2x64, 4 heads",
                      "30x100x10", f"{r['params']:,} each", r, peak))
     print(rows[-1], flush=True)
+    for mixture, name in ((False, "GPT-DT / DT, GPT-DTMA quick (hopper shapes)"),
+                          (True, "GPT-DTMA / DTMA (MoA gates), same shapes")):
+        r = measure_gpt_dt(mixture, 3 if device.platform == "cpu" else 20, args.precision)
+        rows.append(_row(name, "4x128, 4 heads", "32x60", f"{r['params']:,}", r, peak))
+        print(rows[-1], flush=True)
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:

@@ -10,7 +10,7 @@ model, 1000 steps; hopper's quick PPO data.
 """
 
 from experiments.continuous.hopper import locomotion_config
-from experiments.gpt_dtma import add_columns, apply_quick
+from experiments.gpt_dtma import add_columns, apply_quick, quick_columns
 
 TABLE3 = ("DT", "DTMA", "GPT-DT", "GPT-DTMA", "GPT-DTMA-R")
 
@@ -21,4 +21,5 @@ def get_config(preset: str = ""):
     add_columns(config, TABLE3, ("d4rl_score", "first_episode_return"))
     if preset == "quick":
         apply_quick(config)
+        quick_columns(config)
     return config

@@ -11,7 +11,7 @@ with context k = 10 ... 50 on the large maze, G_Markov per k.
 
 from experiments.continuous.point_maze import get_config as maze_config
 from icrl_jax.errors import UnknownNameError
-from experiments.gpt_dtma import COLUMNS, add_columns, apply_quick
+from experiments.gpt_dtma import COLUMNS, add_columns, apply_quick, quick_columns
 
 TABLE4 = ("DT", "DTMA", "GPT-DT", "GPT-DTMA")
 
@@ -22,6 +22,7 @@ def get_config(preset: str = ""):
     add_columns(config, TABLE4, ("episode_length", "goal_reached"))
     if preset == "quick":
         apply_quick(config)
+        quick_columns(config)
     elif preset == "context":  # Table 5: one GPT-DTMA column per context length
         config.env.kwargs.layout = "large"
         config.data.dataset_id = "point_maze/large-waypoint-v0"
