@@ -299,6 +299,8 @@ class DecisionTransformer(Method):
         head, the MoA gate importance and G_Markov, and the Markov heads of the fine-tuned
         model next to the language model's. Writes `heads.json` and `head_importance.png`."""
         contexts = jax.tree.map(lambda x: jnp.asarray(x[contexts.mask[:, -1]]), contexts)
+        if contexts.mask.shape[0] == 0:  # no env ended on a valid step: nothing to ablate
+            return {}
         layers, heads = int(self.config.num_layers), int(self.config.num_heads)
         importance = ablation_importance(
             lambda scale: self.apply(params, contexts, head_scale=scale)[:, -1].astype(
