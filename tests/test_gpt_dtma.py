@@ -1,6 +1,7 @@
 """GPT-DTMA on our DT: Mixture of Attention, head ablation, GPT-2 initialisation, the Markov-head
 penalty and GPT-DT(part)'s frozen attention."""
 
+import json
 import os
 
 import jax
@@ -184,7 +185,6 @@ def test_point_maze_table_end_to_end(tmp_path):
     config.run.progress = False
     report(config)
     with open(tmp_path / "table.json") as f:
-        import json
         table = json.load(f)
     assert set(table["rows"]) == {"DT", "GPT-DTMA"}
     assert table["rows"]["GPT-DTMA"]["g_markov"]["seeds"] == [0.0]  # the fixture has none
@@ -193,6 +193,14 @@ def test_point_maze_table_end_to_end(tmp_path):
         assert len(table["rows"]["DT"][metric]["seeds"]) == 1
     heads = tmp_path / "GPT-DTMA" / "seed_0" / "heads.json"
     assert heads.exists() and (tmp_path / "GPT-DTMA" / "seed_0" / "head_importance.png").exists()
+    with open(heads) as f:
+        analysis = json.load(f)
+    # Fig. 4: before/after fine-tuning maps of two heads, and (L, H) self-attention weights.
+    assert (tmp_path / "GPT-DTMA" / "seed_0" / analysis["attention_before_after"]).exists()
+    for key in ("self_attention_before", "self_attention_after", "lm_r2"):
+        assert np.asarray(analysis[key]).shape == (2, 4)
+    assert 0.0 < np.min(analysis["self_attention_before"]) <= np.max(
+        analysis["self_attention_before"]) <= 1.0
     assert not (tmp_path / "DT" / "seed_0" / "heads.json").exists()
     assert "| GPT-DTMA |" in (tmp_path / "table.md").read_text()
     mtime = os.path.getmtime(tmp_path / "DT" / "seed_0" / "eval.json")
@@ -202,3 +210,17 @@ def test_point_maze_table_end_to_end(tmp_path):
     config.columns = ml_collections.ConfigDict({"GPT-DT": (("model.pretrained", "{pretrained}"),)})
     with pytest.raises(UserError, match="report.pretrained"):
         report(config)
+
+
+def test_self_attention_reads_the_diagonal_over_valid_tokens():
+    from icrl_jax.analysis.attention_maps import self_attention
+    t = 4
+    identity = jnp.broadcast_to(jnp.eye(t), (2, 1, t, t))  # every token attends to itself
+    causal = jnp.tril(jnp.ones((t, t))) / jnp.arange(1, t + 1)[:, None]  # uniform over the past
+    uniform = jnp.broadcast_to(causal, (2, 1, t, t))
+    weight = jnp.array([[1, 1, 1, 1], [1, 1, 0, 0]], jnp.float32)
+    got = self_attention([identity, uniform], weight)
+    assert got.shape == (2, 1)
+    np.testing.assert_allclose(got[0, 0], 1.0)
+    # Valid tokens: positions 0-3 of context 0 (1, 1/2, 1/3, 1/4) and 0-1 of context 1 (1, 1/2).
+    np.testing.assert_allclose(got[1, 0], (1 + 1 / 2 + 1 / 3 + 1 / 4 + 1 + 1 / 2) / 6, rtol=1e-6)

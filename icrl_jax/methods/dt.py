@@ -55,10 +55,11 @@ import ml_collections
 import numpy as np
 
 from icrl_jax.config import dt_model_config  # noqa: F401 (re-export)
-from icrl_jax.analysis.attention_maps import context_attention, write_attention
+from icrl_jax.analysis.attention_maps import (context_attention, plot_attention_before_after,
+                                              self_attention, write_attention)
 from icrl_jax.analysis.head_importance import (ablation_importance, gate_importance,
                                                plot_head_importance)
-from icrl_jax.analysis.markov_heads import markov_mask
+from icrl_jax.analysis.markov_heads import markov_heads, markov_mask
 from icrl_jax.data.history import History
 from icrl_jax.data.minari_io import MinariEpisodes
 from icrl_jax.data.pixel_store import PrefetchLoader
@@ -311,6 +312,7 @@ class DecisionTransformer(Method):
                       markov_heads_finetuned=finetuned.tolist())
         if self.pretrained:
             result["markov_heads_pretrained"] = self.markov.tolist()
+            result.update(self.write_attention_before_after(params, contexts, config))
         if self.mixture:
             _, gates = self.apply(params, contexts, return_gates=True)
             gate = np.asarray(gate_importance(gates, self.token_weight(contexts.mask)))
@@ -324,6 +326,34 @@ class DecisionTransformer(Method):
                              f"{config.experiment} ({self.label(config)}): ||o - o_-i||")
         return {k: result[k] for k in ("g_markov",) if k in result} | {
             "heads_file": "heads.json"}
+
+    def write_attention_before_after(self, params, contexts: Trajectories, config) -> dict:
+        """GPT-DTMA's Fig. 4 on evaluation contexts `(N, K, ...)`: attention of the language
+        model's most and least Markov-like heads (largest and smallest R.2) before fine-tuning
+        (the LM's blocks with this model's freshly initialised embeddings, `config.seed`) and
+        after, on env 0's context (`attention/before_after.png`), and every head's mean
+        self-attention, the weight a token puts on itself, over all N (`(L, H)` lists)."""
+        initial = self.init(jax.random.key(int(config.seed)), jax.tree.map(lambda x: x[:1],
+                                                                          contexts))
+        heads = int(self.config.num_heads)
+        r2 = np.array([h["r2"] for h in markov_heads(initial["backbone"])])
+        chosen = [(int(i) // heads, int(i) % heads, caption) for i, caption in (
+            (np.argmax(r2), f"largest R.2 {r2.max():.2f}"),
+            (np.argmin(r2), f"smallest R.2 {r2.min():.2f}"))]
+        weight = self.token_weight(contexts.mask)
+        before = self_attention(self.apply(initial, contexts, return_attention=True)[1], weight)
+        after = self_attention(self.apply(params, contexts, return_attention=True)[1], weight)
+        context = jax.tree.map(lambda x: x[0], contexts)
+        maps_before, labels = context_attention(self, initial, context)
+        maps_after, _ = context_attention(self, params, context)
+        path = plot_attention_before_after(
+            maps_before, maps_after, chosen, labels,
+            os.path.join(config.workdir, "attention", "before_after.png"),
+            f"{config.experiment} ({self.label(config)}) env 0")
+        return dict(lm_r2=r2.reshape(-1, heads).tolist(),
+                    self_attention_before=before.round(4).tolist(),
+                    self_attention_after=after.round(4).tolist(),
+                    attention_before_after=os.path.relpath(path, config.workdir))
 
     def __init__(self, model_config: ml_collections.ConfigDict, action_dims: Sequence[int],
                  context_len: int, num_observations: int | None = None, continuous_dim: int = 0):
