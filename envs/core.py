@@ -70,6 +70,9 @@ class EnvSpec:
     #: Whether actions are float32 vectors of size `action_dim` (else int32 indices).
     continuous_actions: bool = False
     action_dim: int = 0
+    #: Whether termination means the goal was reached (the point maze), so evaluations report
+    #: `goal_reached` and `episode_length`; locomotion terminates on a fall, Dark Room never.
+    goal_terminates: bool = False
 
     @property
     def discrete_observations(self) -> bool:

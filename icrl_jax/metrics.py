@@ -99,7 +99,8 @@ def assignments_to_reach(scores, target: float) -> int | None:
 
 
 def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
-                   final_window: int = 1) -> tuple[dict[str, float], np.ndarray]:
+                   final_window: int = 1, goal: bool = False
+                   ) -> tuple[dict[str, float], np.ndarray]:
     """The metrics of one policy's rollouts, and its curves (one definition for every stage).
 
     Args:
@@ -107,6 +108,8 @@ def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
         `optimal_expected_reward`) or "episodic" (scored by episode returns).
       rollout: `(N, T)` arrays `rewards`, `dones` (and the bandit info).
       final_window: steps (bandits) or episodes (episodic) the final scores average.
+      goal: termination means the goal was reached (`EnvSpec.goal_terminates`): also report
+        `first_episode_goal` from `rollout["terminated"]`.
     Returns:
       (metrics, curves) with one curve per rollout (`(N, points)`, NaN where missing).
       bandits: `final_regret` (cumulative, after the last step), `final_step_regret` (the last
@@ -134,7 +137,7 @@ def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
                        success=float(np.nanmean(last_episodes(returns, int(final_window)))),
                        mean_return=float(np.nanmean(returns)),
                        episodes=float(reached.sum(1).mean()))
-    if "terminated" in rollout:  # goal-reaching envs (the point maze) terminate on success
+    if goal:
         metrics.update(first_episode_goal(rollout["dones"], rollout["terminated"]))
     return metrics, returns[:, reached.mean(0) >= 0.5]
 
@@ -153,7 +156,8 @@ def first_episode_goal(dones, terminated) -> dict[str, float]:
 
 
 def summarise(kind: str, rollouts: dict[str, dict[str, np.ndarray]], num_steps: int,
-              final_window: int = 1) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+              final_window: int = 1, goal: bool = False
+              ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """`policy_metrics` of every policy as `{policy}_{metric}`, plus the model's normalised
     scores (0 = random, 1 = source) when both baselines ran; and each policy's curves
     `(N, points)` (`mean_curve` averages them).
@@ -164,7 +168,7 @@ def summarise(kind: str, rollouts: dict[str, dict[str, np.ndarray]], num_steps: 
     """
     results, curves = {}, {}
     for name, rollout in rollouts.items():
-        metrics, curves[name] = policy_metrics(kind, rollout, num_steps, final_window)
+        metrics, curves[name] = policy_metrics(kind, rollout, num_steps, final_window, goal)
         results.update({f"{name}_{k}": v for k, v in metrics.items()})
     scores = ({"normalised_score": "final_regret", "final_step_score": "final_step_regret"}
               if kind == "bandit" else {"normalised_score": "last_episode_return"})

@@ -139,7 +139,8 @@ def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
                             chunk_size=config.eval.chunk_size or None,
                             workers=int(config.env.get("num_workers", 0)) or None,
                             show_progress=config.run.progress)
-    results, curves = M.summarise(env.kind, rollouts, num_steps, int(config.eval.final_window))
+    results, curves = M.summarise(env.kind, rollouts, num_steps, int(config.eval.final_window),
+                                    env.goal_terminates)
     for name, rollout in rollouts.items():
         results.update({f"{name}_{k}": v for k, v in env.rollout_metrics(rollout, num_steps).items()}
                        if env.host else {})

@@ -174,7 +174,7 @@ def _rollout_scores(config, env, policies, test_ids) -> dict[str, float]:
                             jax.random.PRNGKey(config.eval.seed),
                             chunk_size=config.eval.chunk_size or None)
     results, curves = M.summarise(env.kind, rollouts, int(config.eval.num_steps),
-                                  int(config.eval.final_window))
+                                  int(config.eval.final_window), env.goal_terminates)
     return dict(results, **{f"{name}_curve": M.mean_curve(c) for name, c in curves.items()})
 
 

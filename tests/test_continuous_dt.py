@@ -37,6 +37,12 @@ def test_first_episode_goal_hand_worked():
     terminated = np.array([[0, 0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]], bool)
     assert M.first_episode_goal(dones, terminated) == dict(goal_reached=1 / 3,
                                                            episode_length=(3 + 4 + 4) / 3)
+    # Only where termination is the goal: a hopper's termination is a fall, not a success.
+    rollout = dict(rewards=np.ones((3, 4), np.float32), dones=dones, terminated=terminated)
+    assert "goal_reached" in M.policy_metrics("episodic", rollout, 4, goal=True)[0]
+    assert "goal_reached" not in M.policy_metrics("episodic", rollout, 4)[0]
+    assert envs.make("point_maze").goal_terminates and not envs.make("hopper").goal_terminates
+    assert not envs.make("darkroom").goal_terminates
 
 
 def test_continuous_random_and_noisy_oracle_sources():

@@ -180,6 +180,7 @@ class PointMaze(ICRLEnv):
     """
 
     continuous_actions = True
+    goal_terminates = True
     action_dim = 2
     num_actions = 0  # no discrete actions; see `action_dim`
     num_observations = None
