@@ -17,7 +17,8 @@ return targets are set from it (`eval.target_returns`). `:quick`: a short PPO ru
 far from D4RL's), a 50k-step medium dataset and a small DT, minutes on a 2-core CPU.
 """
 
-from icrl_jax.config import apply_preset, base_config, cpu_preset, dt_model_config
+from experiments.continuous import gpt_dtma_dt_config
+from icrl_jax.config import apply_preset, cpu_preset
 
 #: Per env: paper-scale PPO steps for the expert, DT return targets and rtg scale (paper / quick).
 ENVS = {
@@ -56,32 +57,9 @@ def add_locomotion_data(config, name: str) -> None:
 
 
 def locomotion_config(name: str, preset: str = ""):
-    config = base_config()
-    config.experiment = f"dt_{name}"
-    config.method = "dt"
+    # rtg_scale 1000: D4RL DT's return scale for locomotion; 1000 steps: one episode per env.
+    config = gpt_dtma_dt_config(f"dt_{name}", rtg_scale=1000.0, max_timestep=1000)
     add_locomotion_data(config, name)
-    config.model.update(dt_model_config())
-    config.model.d_model = 768
-    config.model.num_layers = 12
-    config.model.num_heads = 12
-    config.model.embedding_dropout = 0.1
-    config.model.residual_dropout = 0.1
-    config.model.attention_dropout = 0.1
-    config.model.rtg_scale = 1000.0  # D4RL DT's return scale for locomotion
-    config.model.max_timestep = 1000
-    config.train.num_steps = 100_000
-    config.train.batch_size = 64
-    config.train.seq_len = 20
-    config.train.learning_rate = 1e-4
-    config.train.warmup_steps = 10_000
-    config.train.weight_decay = 1e-4
-    config.train.steps_per_call = 100
-    config.train.log_every = 500
-    config.train.checkpoint_every = 5000
-    config.eval.tasks = "test"
-    config.eval.greedy = True  # the tanh head is deterministic
-    config.eval.num_envs_per_task = 1
-    config.eval.num_steps = 1000  # one episode (the time limit) per env
     config.eval.target_returns = ENVS[name]["targets"]
     # No "source" baseline (it would retrain PPO) and no privileged expert; the dataset's
     # stored expert return is the score's 100.

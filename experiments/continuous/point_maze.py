@@ -14,7 +14,8 @@ decay 1e-4, batch 64, 100K updates, a GPT-2-sized DT (12 layers, 12 heads, d_mod
 `:quick`: U maze, a small model, a few CPU minutes.
 """
 
-from icrl_jax.config import apply_preset, base_config, cpu_preset, dt_model_config
+from experiments.continuous import gpt_dtma_dt_config
+from icrl_jax.config import apply_preset, cpu_preset
 
 PRESETS = {
     "quick": cpu_preset(
@@ -50,32 +51,8 @@ def add_maze_data(config) -> None:
 
 
 def get_config(preset: str = ""):
-    config = base_config()
-    config.experiment = "dt_point_maze"
-    config.method = "dt"
+    config = gpt_dtma_dt_config("dt_point_maze", rtg_scale=10.0, max_timestep=600)
     add_maze_data(config)
-    config.model.update(dt_model_config())
-    config.model.d_model = 768
-    config.model.num_layers = 12
-    config.model.num_heads = 12
-    config.model.embedding_dropout = 0.1
-    config.model.residual_dropout = 0.1
-    config.model.attention_dropout = 0.1
-    config.model.rtg_scale = 10.0
-    config.model.max_timestep = 600
-    config.train.num_steps = 100_000
-    config.train.batch_size = 64
-    config.train.seq_len = 20
-    config.train.learning_rate = 1e-4
-    config.train.warmup_steps = 10_000
-    config.train.weight_decay = 1e-4
-    config.train.steps_per_call = 100
-    config.train.log_every = 500
-    config.train.checkpoint_every = 5000
-    config.eval.tasks = "test"
-    config.eval.greedy = True  # the tanh head is deterministic
-    config.eval.num_envs_per_task = 1
-    config.eval.num_steps = 600  # one episode (time limit) per env
     config.eval.target_returns = (5.0,)
     config.eval.baselines = ("random", "expert")
     return apply_preset(config, PRESETS, preset)
