@@ -211,6 +211,9 @@ def _row(name, shape, batch, params, r, peak) -> str:
             f"| {r['steps_per_s']:.2f} | {r['model_flops_per_s'] / 1e9:,.1f} | {mfu} |")
 
 
+HEADING = "## Training throughput (AD, Uni[MASK] and GPT-DT transformers)"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="only the small model, fewer calls")
@@ -258,7 +261,7 @@ def main():
         pass
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     section = "\n".join([
-        "## Training throughput (AD transformer)",
+        HEADING,
         "",
         f"Device: {device.platform} `{kind}` x{jax.device_count()}; host CPU {cpu}, "
         f"{os.cpu_count()} cores. Command: `python benchmarks/bench_train.py"
@@ -279,7 +282,7 @@ def main():
     ])
     print(section)
     if args.write:
-        write_section("## Training throughput (AD transformer)", section)
+        write_section(HEADING, section)
 
 
 if __name__ == "__main__":
