@@ -42,6 +42,7 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         ngram_shuffle=False,  # ablation: matches moved to random causal keys
         ngram_latest=False,  # read only the most recent match (not all matches uniformly)
         norm_epsilon=1e-6,  # LayerNorm epsilon (GPT-2: 1e-5)
+        activation="gelu_tanh",  # feed-forward: gelu_tanh (GPT-2) | gelu_exact | quick_gelu (CLIP)
     ))
 
 
@@ -291,7 +292,7 @@ def dt_model_config() -> ml_collections.ConfigDict:
         cnn_kernel=4,
         obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
         # GPT-DTMA's variants (methods/dt.py):
-        pretrained="",  # a Hugging Face GPT-2 directory whose blocks initialise the transformer
+        pretrained="",  # a Hugging Face GPT-2 or CLIP text directory whose blocks initialise it
         mixture_of_attention=False,  # MoA: a softmax gate over each layer's heads, per token
         markov_penalty=0.0,  # alpha of GPT-DTMA-R: alpha x the Markov heads' mean MoA gates
         freeze_attention=False,  # GPT-DT(part): the LM's attention stays frozen

@@ -149,7 +149,8 @@ def _check_fingerprint(config) -> None:
     assignments, the replicas per program, and run/workdir bookkeeping changes results)."""
     ignored = ("sweep.num_assignments", "sweep.max_replicas", "workdir", "preset", "data.path")
     # Config keys added after sweeps were written: absent from an old file = their default.
-    added = {"data.subsample": 1, "train.compute_dtype": "auto", "model.norm_epsilon": 1e-6}
+    added = {"data.subsample": 1, "train.compute_dtype": "auto", "model.norm_epsilon": 1e-6,
+             "model.activation": "gelu_tanh"}
     current = {k: v for k, v in _flat(json.loads(config.to_json(sort_keys=True))).items()
                if not k.startswith(("run.", "log.", "dist.")) and k not in ignored}
     path = os.path.join(config.workdir, "sweep_config.json")

@@ -28,7 +28,9 @@ GPT-DTMA's variants (Table 3's columns) are switches of this method:
 * `model.pretrained=DIR` (GPT-DT): the transformer blocks and final norm come from a Hugging Face
   GPT-2 directory (`models/gpt2.py`; GPT-2 small, or `icrl-jax pretrain-lm`'s checkpoint); the
   embeddings and the action head are new, as Reid et al. do. The model fields must match the LM's
-  architecture (a clear error names each field that does not).
+  architecture (a clear error names each field that does not). A CLIP text-encoder directory
+  works the same (CLIP-DT, labelled `clip_dt`; `models/pretrained.py`; it needs
+  `model.activation=quick_gelu`).
 * `model.mixture_of_attention` (DTMA, and GPT-DTMA with `pretrained`): MoA gates per layer
   (`models/attention.py`); the loss logs `g_markov`, the gates' mean weight on the LM's Markov
   heads (GPT-DTMA Definition 1, r = 20).
@@ -72,8 +74,8 @@ from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
 from icrl_jax.methods.dt_rollout import return_conditioned_source
 from icrl_jax.models.encoders import CNNEncoder
-from icrl_jax.models.gpt2 import (backbone_from_lm, cached_hf_gpt2, check_backbone_fits,
-                                  transformer_params)
+from icrl_jax.models.pretrained import (backbone_from_lm, cached_pretrained,
+                                        check_backbone_fits, pretrained_family)
 from icrl_jax.models.dt_tokens import (MultiActionTokens, ReturnEmbedding, SingleActionToken,
                                        interleave_step_tokens, step_attention_mask)
 from icrl_jax.models.tokens import ObservationEmbedding
@@ -235,9 +237,10 @@ class DecisionTransformer(Method):
     def label(cls, config) -> str:
         """The name with its variant marked: M-SAT's no-positional-encoding ablation
         (`msat_nope`) and GPT-DTMA's columns (`gpt_dt`, `dtma`, `gpt_dtma`, `gpt_dtma_r`,
-        `gpt_dt_part`)."""
+        `gpt_dt_part`; `clip_dt`, `clip_dtma` for a CLIP text encoder)."""
         model = config.model
-        return ("gpt_" * bool(model.get("pretrained")) + cls.name
+        pretrained = model.get("pretrained")
+        return ((pretrained_family(pretrained) + "_" if pretrained else "") + cls.name
                 + "ma" * bool(model.get("mixture_of_attention"))
                 + "_r" * bool(model.get("markov_penalty"))
                 + "_part" * bool(model.get("freeze_attention"))
@@ -392,17 +395,18 @@ class DecisionTransformer(Method):
                 self.mixture and self.pretrained):
             raise UserError("model.markov_penalty penalises the MoA gates of the language "
                             "model's Markov heads: it needs model.mixture_of_attention=True and "
-                            "model.pretrained=<a GPT-2 directory>")
+                            "model.pretrained=<a GPT-2 or CLIP directory>")
         if model_config.get("freeze_attention", False):
             if not self.pretrained:
                 raise UserError("model.freeze_attention keeps the language model's attention "
-                                "(GPT-DT(part)): it needs model.pretrained=<a GPT-2 directory>")
+                                "(GPT-DT(part)): it needs model.pretrained=<a GPT-2 or CLIP "
+                                "directory>")
             self.trainable = frozen_attention_labels
         if self.pretrained:
-            lm_config, lm_params = cached_hf_gpt2(self.pretrained)
-            check_backbone_fits(lm_config, int(model_config.d_model), backbone, self.pretrained)
-            self.lm_params = lm_params
-            self.markov = markov_mask(transformer_params(lm_params))
+            stack, stack_params = cached_pretrained(self.pretrained)  # GPT-2 or CLIP text
+            check_backbone_fits(stack, int(model_config.d_model), backbone, self.pretrained)
+            self.lm_params = stack_params  # the LM's block stack, in our Transformer layout
+            self.markov = markov_mask(stack_params)
         self.model = DTModel(model_config.d_model, backbone, self.action_dims, num_observations,
                              int(continuous_dim), self.multi_action_tokens,
                              self.state_in_action_tokens, encoding,
@@ -442,7 +446,7 @@ class DecisionTransformer(Method):
     def init(self, key: jax.Array, example: Trajectories):
         params = self.model.init({"params": key}, example.returns_to_go, example.observations,
                                  example.actions, example.timesteps, example.mask)["params"]
-        if self.pretrained:  # GPT-DT: the LM's blocks, this model's embeddings and heads
+        if self.pretrained:  # GPT-/CLIP-DT: the LM's blocks, this model's embeddings and heads
             params = dict(params, backbone=backbone_from_lm(params["backbone"], self.lm_params,
                                                             self.pretrained))
         return params

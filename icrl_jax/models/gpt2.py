@@ -23,12 +23,10 @@ Key map (transformers' Conv1D layers store `(in, out)` kernels, as flax does):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 from typing import Any
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -185,50 +183,6 @@ def save_hf_gpt2(path: str, cfg: GPT2Config, params: dict[str, Any]) -> None:
 
 def transformer_params(params: dict[str, Any]) -> dict[str, Any]:
     """The block stack of `GPT2LM` params (blocks, final norm, learned positions): what GPT-DT
-    keeps from a language model, whose token embedding and output head it replaces."""
+    keeps from a language model, whose token embedding and output head it replaces
+    (`models/pretrained.py`)."""
     return params["transformer"]
-
-
-@functools.lru_cache(maxsize=4)
-def cached_hf_gpt2(path: str) -> tuple[GPT2Config, dict[str, Any]]:
-    """`load_hf_gpt2`, read once per process (a method is built by training, evaluation and
-    each sweep replica)."""
-    return load_hf_gpt2(path)
-
-
-def check_backbone_fits(cfg: GPT2Config, d_model: int, backbone: Transformer, path: str) -> None:
-    """Raise `CheckpointFormatError` naming every model field that differs from the language
-    model's architecture (the block stack of `backbone` must be GPT-2's to take its weights)."""
-    wanted = dict(d_model=(d_model, cfg.n_embd), num_layers=(backbone.num_layers, cfg.n_layer),
-                  num_heads=(backbone.num_heads, cfg.n_head), mlp_ratio=(backbone.mlp_ratio, 4),
-                  pre_norm=(backbone.pre_norm, True),
-                  norm_epsilon=(backbone.norm_epsilon, cfg.layer_norm_epsilon))
-    bad = [f"model.{k}={ours} (the LM has {theirs})" for k, (ours, theirs) in wanted.items()
-           if ours != theirs]
-    if bad:
-        raise CheckpointFormatError(f"the language model in {path} does not fit this model: "
-                                    + ", ".join(bad))
-
-
-def backbone_from_lm(backbone_params: dict[str, Any], lm_params: dict[str, Any],
-                     path: str) -> dict[str, Any]:
-    """A `Transformer`'s params with every block and the final norm taken from `GPT2LM` params
-    (GPT-DT: the language model's blocks, with the RL model's own embeddings and heads).
-
-    Parameters the LM lacks (MoA gates) keep their fresh values; the LM's learned positions are
-    not used when the backbone has none (a Decision Transformer adds timestep embeddings).
-    Raises `CheckpointFormatError` naming a parameter whose shapes differ, or one the backbone
-    lacks."""
-    ours = flax.traverse_util.flatten_dict(flax.core.unfreeze(backbone_params), sep="/")
-    for key, value in flax.traverse_util.flatten_dict(transformer_params(lm_params),
-                                                      sep="/").items():
-        if key == "position_embedding" and key not in ours:
-            continue
-        if key not in ours:
-            raise CheckpointFormatError(f"the language model in {path} has {key!r}, which this "
-                                        "model's transformer lacks")
-        if tuple(ours[key].shape) != tuple(value.shape):
-            raise CheckpointFormatError(f"parameter {key!r} has shape {tuple(value.shape)} in "
-                                        f"{path}; this model needs {tuple(ours[key].shape)}")
-        ours[key] = jnp.asarray(value, ours[key].dtype)
-    return flax.traverse_util.unflatten_dict(ours, sep="/")

@@ -23,6 +23,12 @@ from icrl_jax.config import default_transformer_config  # noqa: F401 (re-export)
 
 POSITION_KINDS = ("learned", "rotary", "none")
 
+#: The feed-forward's nonlinearity (`Transformer.activation`): GPT-2's tanh GELU (the default),
+#: the exact erf GELU, and CLIP's text encoder's x * sigmoid(1.702 x).
+ACTIVATIONS = {"gelu_tanh": lambda x: nn.gelu(x, approximate=True),
+               "gelu_exact": lambda x: nn.gelu(x, approximate=False),
+               "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x)}
+
 
 class Dropout(nn.Module):
     """`nn.Dropout` that also accepts a traced rate (a hyperparameter vmapped over replicas).
@@ -55,6 +61,7 @@ class Block(nn.Module):
     normalize_qk: bool
     norm_epsilon: float = 1e-6
     mixture_of_attention: bool = False
+    activation: str = "gelu_tanh"
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
@@ -66,8 +73,8 @@ class Block(nn.Module):
         dropout = Dropout(self.residual_dropout)
         norm1 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm1")
         norm2 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm2")
-        mlp = nn.Sequential([nn.Dense(self.mlp_ratio * x.shape[-1]), nn.gelu, nn.Dense(x.shape[-1])],
-                            name="mlp")
+        mlp = nn.Sequential([nn.Dense(self.mlp_ratio * x.shape[-1]), ACTIVATIONS[self.activation],
+                             nn.Dense(x.shape[-1])], name="mlp")
 
         h = norm1(x) if self.pre_norm else x
         attended = attention(h, mask, positions, deterministic, return_weights, kv_cache,
@@ -109,6 +116,7 @@ class Transformer(nn.Module):
     ngram_latest: bool = False
     norm_epsilon: float = 1e-6  # LayerNorm epsilon (flax's default; GPT-2 uses 1e-5)
     mixture_of_attention: bool = False  # MoA gates over each layer's heads (attention.py)
+    activation: str = "gelu_tanh"  # feed-forward nonlinearity (ACTIVATIONS; CLIP: quick_gelu)
 
     @classmethod
     def from_config(cls, config, **overrides) -> "Transformer":
@@ -150,6 +158,9 @@ class Transformer(nn.Module):
         """
         if self.position not in POSITION_KINDS:
             raise ValueError(f"position must be one of {POSITION_KINDS}, got {self.position!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, "
+                             f"got {self.activation!r}")
         batch, length, d_model = x.shape
         if positions is None and length > self.max_len and self.position == "learned":
             raise ValueError(f"sequence of {length} tokens exceeds max_len={self.max_len}")
@@ -200,7 +211,8 @@ class Transformer(nn.Module):
             x, weights, layer_cache = Block(
                 self.num_heads, self.mlp_ratio, self.pre_norm, self.residual_dropout,
                 self.attention_dropout, self.position == "rotary", self.normalize_qk,
-                self.norm_epsilon, self.mixture_of_attention, name=f"block_{i}")(
+                self.norm_epsilon, self.mixture_of_attention, self.activation,
+                name=f"block_{i}")(
                 x, mask, positions, deterministic, return_attention,
                 None if cache is None else cache[i], cache_index,
                 None if head_scale is None else head_scale[i])
