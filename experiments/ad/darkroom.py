@@ -13,6 +13,14 @@ PRESETS = {
         "model.embedding_dropout": 0.1,
         "model.residual_dropout": 0.1,
         "eval.num_envs_per_task": 4,
+        # A 1-gram induction layer after the first block that reads the step which followed the
+        # most recent earlier visit to the same transition (a, r, o) (n-gram paper, section 2.2;
+        # `ngram_latest`), and actions sampled at temperature 0.7 (a sharper policy than the
+        # noisy source it imitates; greedy loops and never finds the goal). Held-out goals, last
+        # of 12 in-context episodes, seeds 0-2: normalised 0.26 -> 0.66 +- 0.04 (README).
+        "model.ngram_positions": (1,),
+        "model.ngram_latest": True,
+        "eval.temperature": 0.7,
     }),
 }
 
