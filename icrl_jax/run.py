@@ -29,7 +29,8 @@ import envs
 from icrl_jax import metrics as M
 from icrl_jax.config import check_workdir, finalize
 from icrl_jax.data import sources as S
-from icrl_jax.data.builders import dataset_path, dataset_returns, generate, open_dataset, task_split
+from icrl_jax.data.builders import (dataset_returns, generate, open_dataset, share_dataset,
+                                    task_split)
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.distributed import is_main_process
 from icrl_jax.errors import UserError
@@ -286,7 +287,7 @@ def seed_config(config, seed: int):
     seeded = ml_collections.ConfigDict(config.to_dict())
     seeded.seed = config.seed + seed
     seeded.workdir = os.path.join(config.workdir, f"seed_{seed}")
-    seeded.data.path = dataset_path(config, build_env(config))
+    share_dataset(config, build_env(config), seeded)
     seeded.run.evaluate = False
     seeded.lock()
     return seeded

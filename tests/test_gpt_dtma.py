@@ -187,6 +187,9 @@ def test_point_maze_table_end_to_end(tmp_path):
     with open(tmp_path / "table.json") as f:
         table = json.load(f)
     assert set(table["rows"]) == {"DT", "GPT-DTMA"}
+    # One dataset for every column and seed, built once in the table's work directory.
+    assert (tmp_path / "minari").is_dir()
+    assert not any((tmp_path / col / "seed_0" / "minari").exists() for col in ("DT", "GPT-DTMA"))
     assert table["rows"]["GPT-DTMA"]["g_markov"]["seeds"] == [0.0]  # the fixture has none
     assert table["rows"]["DT"]["g_markov"]["seeds"] == []
     for metric in ("episode_length", "goal_reached"):

@@ -406,6 +406,16 @@ def dataset_path(config, env) -> str:
     return builder_of(config).path(config, env)
 
 
+def share_dataset(config, env, derived) -> None:
+    """Point `derived` (a copy of `config` with its own work directory: a training seed, a
+    table column) at `config`'s dataset, so that it is built once and every copy reads it."""
+    builder = builder_of(config)
+    if isinstance(builder, Minari):  # located by its root and id, not by data.path
+        derived.data.minari_root = builder.root(config)
+    else:
+        derived.data.path = builder.path(config, env)
+
+
 def generate(config, env, force: bool = False) -> str:
     """Make the run's dataset unless it exists (or `force`); returns its path."""
     builder = builder_of(config)
