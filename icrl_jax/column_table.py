@@ -1,8 +1,9 @@
 """`icrl-jax report` on a config with a `columns` section: one table of config variants x seeds.
 
 Each column is a tuple of (dotted key, value) overrides of the config (e.g. GPT-DTMA's DT / DTMA / GPT-DT /
-GPT-DTMA / GPT-DTMA-R, `experiments/gpt_dtma/`); the string "{pretrained}" in an override is
-replaced by `report.pretrained` (a language-model directory given at run time). Every column
+GPT-DTMA / GPT-DTMA-R, `experiments/gpt_dtma/`); a "{field}" in an override is replaced by
+`report.<field>` (e.g. "{pretrained}": a language-model directory given at run time), and a
+column listed in `report.optional_columns` is skipped while such a field is empty. Every column
 trains `report.num_seeds` seeds on the one shared dataset, each in
 `<workdir>/<column>/seed_<s>/` (resumable: a seed with an `eval.json` is not run again), and is
 evaluated by the usual `run.evaluate`. The table reads `model@<highest target>_<metric>` for each
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import ml_collections
@@ -27,22 +29,38 @@ from icrl_jax.errors import UserError
 def column_config(config, column: str, seed: int) -> ml_collections.ConfigDict:
     """The config of one column's seed: its overrides, seed and work directory, the shared
     dataset."""
+    from icrl_jax.models.pretrained import adopt_pretrained_architecture
     from icrl_jax.run import seed_config
 
     seeded = seed_config(config, seed)
     seeded.unlock()
     for dotted, value in config.columns[column]:
-        if isinstance(value, str) and "{pretrained}" in value:
-            if not config.report.pretrained:
+        for field in _placeholders(value):
+            if not config.report.get(field):
                 raise UserError(f"column {column!r} starts from a language model: give its "
-                                "Hugging Face directory with --config.report.pretrained=DIR "
+                                f"Hugging Face directory with --config.report.{field}=DIR "
                                 "(e.g. the hf/ folder that `icrl-jax pretrain-lm` writes)")
-            value = value.format(pretrained=config.report.pretrained)
+            value = value.replace("{" + field + "}", str(config.report[field]))
         set_dotted(seeded, dotted, value)
+    adopt_pretrained_architecture(seeded.model)
     seeded.workdir = os.path.join(config.workdir, column, f"seed_{seed}")
     seeded.run.evaluate = True
     seeded.lock()
     return seeded
+
+
+def _placeholders(value) -> list[str]:
+    """The `report` fields a column override names as "{field}" (e.g. "{pretrained}")."""
+    return re.findall(r"{(\w+)}", value) if isinstance(value, str) else []
+
+
+def runnable_columns(config) -> list[str]:
+    """The columns to run: all, less those in `report.optional_columns` whose "{field}"
+    placeholders are empty (e.g. a column of a model whose weights were not given)."""
+    optional = set(config.report.get("optional_columns", ()))
+    return [c for c in config.columns
+            if c not in optional or all(config.report.get(f) for _, v in config.columns[c]
+                                        for f in _placeholders(v))]
 
 
 def _cell(values: list[float]) -> dict[str, Any]:
@@ -61,7 +79,11 @@ def run_columns(config) -> dict[str, str]:
     target = f"model@{float(max(config.eval.target_returns)):g}"
     metrics = list(config.report.metrics)
     rows: dict[str, dict[str, Any]] = {}
-    for column in config.columns:
+    columns = runnable_columns(config)
+    for skipped in [c for c in config.columns if c not in columns]:
+        print(f"column {skipped} skipped: its model directory is not given "
+              f"({', '.join(f'report.{f}' for _, v in config.columns[skipped] for f in _placeholders(v))})")
+    for column in columns:
         per_seed: dict[str, list] = {m: [] for m in metrics + ["g_markov"]}
         for seed in range(int(config.report.num_seeds)):
             seeded = column_config(config, column, seed)

@@ -293,6 +293,7 @@ def dt_model_config() -> ml_collections.ConfigDict:
         obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
         # GPT-DTMA's variants (methods/dt.py):
         pretrained="",  # a Hugging Face GPT-2 or CLIP text directory whose blocks initialise it
+        pretrained_architecture=False,  # take d_model, layers, heads... from `pretrained`
         mixture_of_attention=False,  # MoA: a softmax gate over each layer's heads, per token
         markov_penalty=0.0,  # alpha of GPT-DTMA-R: alpha x the Markov heads' mean MoA gates
         freeze_attention=False,  # GPT-DT(part): the LM's attention stays frozen

@@ -36,6 +36,7 @@ from icrl_jax.distributed import is_main_process
 from icrl_jax.errors import UserError
 from icrl_jax.logging_utils import MetricsLogger
 from icrl_jax.methods import build_method, method_class
+from icrl_jax.models.pretrained import adopt_pretrained_architecture
 from icrl_jax.plots import plot_curves
 
 COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm")
@@ -46,6 +47,8 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     if config.get("lm") is None:  # a language-model config has no method and no env
         method_class(config.method)  # an unknown method fails here, naming the nearest
         build_env(config)  # so does an unknown env or a bad env kwarg
+    if config.get("model") is not None:  # `model.pretrained_architecture`: the LM's shape
+        adopt_pretrained_architecture(config.model)
     config = finalize(config)
     check_workdir(config)
     os.makedirs(config.workdir, exist_ok=True)

@@ -227,3 +227,39 @@ def test_self_attention_reads_the_diagonal_over_valid_tokens():
     np.testing.assert_allclose(got[0, 0], 1.0)
     # Valid tokens: positions 0-3 of context 0 (1, 1/2, 1/3, 1/4) and 0-1 of context 1 (1, 1/2).
     np.testing.assert_allclose(got[1, 0], (1 + 1 / 2 + 1 / 3 + 1 / 4 + 1 + 1 / 2) / 6, rtol=1e-6)
+
+
+def test_clip_column_takes_the_clip_shape_and_is_skipped_without_weights(tmp_path):
+    """CLIP-DT (Table 3): a column that starts from CLIP's text encoder takes the encoder's shape
+    (width, depth, heads, MLP ratio, quick GELU) next to GPT columns of another shape, builds a
+    DT whose blocks are CLIP's, and is left out of the table while `report.clip` is empty."""
+    from experiments.gpt_dtma.hopper import get_config
+    from icrl_jax.column_table import column_config, runnable_columns
+    from icrl_jax.methods import build_method
+    from icrl_jax.run import build_env
+
+    clip = os.path.join(os.path.dirname(__file__), "fixtures", "clip_text_tiny")  # 2 x 32, 4 heads
+    config = get_config("quick")
+    config.workdir = str(tmp_path)
+    config.report.pretrained = FIXTURE
+    assert "CLIP-DT" in config.columns and "CLIP-DT" not in runnable_columns(config)
+    config.report.clip = clip
+    assert "CLIP-DT" in runnable_columns(config)
+    seeded = column_config(config, "CLIP-DT", 0)
+    model = seeded.model
+    assert (model.d_model, model.num_layers, model.num_heads, model.mlp_ratio) == (32, 2, 4, 2)
+    assert model.activation == "quick_gelu" and model.norm_epsilon == 1e-5
+    assert config.model.d_model == 128  # the other columns keep the table's (the quick LM's)
+    method = build_method(seeded, build_env(seeded))
+    assert method.label(seeded) == "clip_dt"
+    # A single run takes the shape the same way (`--config.model.pretrained_architecture=True`).
+    from experiments.continuous.hopper import get_config as hopper_config
+    from icrl_jax.run import resolve_config
+    single = hopper_config("quick")
+    single.workdir = str(tmp_path / "single")
+    single.model.update(dict(pretrained=clip, pretrained_architecture=True))
+    single = resolve_config(single)
+    assert (single.model.d_model, single.model.activation) == (32, "quick_gelu")
+    config.report.pretrained = ""  # GPT columns are not optional: a clear error names the field
+    with pytest.raises(UserError, match="report.pretrained"):
+        column_config(config, "GPT-DT", 0)

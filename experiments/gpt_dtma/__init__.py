@@ -21,11 +21,14 @@ COLUMNS = {
     "GPT-DTMA": (("model.pretrained", "{pretrained}"), ("model.mixture_of_attention", True)),
     "GPT-DTMA-R": (("model.pretrained", "{pretrained}"), ("model.mixture_of_attention", True),
                    ("model.markov_penalty", 0.1)),  # the paper's alpha
+    # Table 3's CLIP-DT: CLIP's text encoder (`--config.report.clip=DIR`, a Hugging Face
+    # CLIPTextModel or CLIPModel directory) in its own shape; skipped when no directory is given.
+    "CLIP-DT": (("model.pretrained", "{clip}"), ("model.pretrained_architecture", True)),
     # Table 7: only the embeddings and feed-forward layers fine-tune.
     "GPT-DT(part)": (("model.pretrained", "{pretrained}"), ("model.freeze_attention", True)),
 }
 
-QUICK_COLUMNS = ("DT", "GPT-DT", "GPT-DTMA")
+QUICK_COLUMNS = ("DT", "GPT-DT", "GPT-DTMA", "CLIP-DT")  # CLIP-DT only with report.clip
 
 #: Where `icrl-jax pretrain-lm --config experiments/gpt_dtma/lm.py:quick
 #: --config.workdir=runs/gpt2_lm_quick` writes its Hugging Face checkpoint.
@@ -57,5 +60,6 @@ def add_columns(config, columns: tuple[str, ...], metrics: tuple[str, ...]) -> N
     the language model comes from `--config.report.pretrained=DIR` (GPT-2 small at paper
     scale, which cannot be downloaded here)."""
     config.columns = ml_collections.ConfigDict({name: COLUMNS[name] for name in columns})
-    config.report = ml_collections.ConfigDict(dict(num_seeds=3, metrics=metrics, pretrained=""))
+    config.report = ml_collections.ConfigDict(dict(num_seeds=3, metrics=metrics, pretrained="",
+                                                   clip="", optional_columns=("CLIP-DT",)))
     config.model.norm_epsilon = 1e-5

@@ -1,6 +1,7 @@
 """GPT-DTMA Table 3's analogue on brax hopper (`icrl-jax report --config
 experiments/gpt_dtma/hopper.py[:quick]`): DT, DTMA, GPT-DT, GPT-DTMA and GPT-DTMA-R, 3 seeds,
-D4RL-normalised score against our PPO data's random and expert returns.
+D4RL-normalised score against our PPO data's random and expert returns; CLIP-DT too when
+`--config.report.clip=DIR` names a CLIP text encoder.
 
 Data and DT recipe: `experiments/continuous/hopper.py` (medium by default;
 `--config.data.dataset_id=hopper/medium-replay-v0` or `hopper/medium-expert-v0` for the other
@@ -12,7 +13,7 @@ model, 1000 steps; hopper's quick PPO data.
 from experiments.continuous.hopper import locomotion_config
 from experiments.gpt_dtma import add_columns, apply_quick, quick_columns
 
-TABLE3 = ("DT", "DTMA", "GPT-DT", "GPT-DTMA", "GPT-DTMA-R")
+TABLE3 = ("DT", "DTMA", "GPT-DT", "CLIP-DT", "GPT-DTMA", "GPT-DTMA-R")
 
 
 def get_config(preset: str = ""):

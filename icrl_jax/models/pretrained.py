@@ -17,8 +17,9 @@ from typing import Any
 import flax
 import jax.numpy as jnp
 
-from icrl_jax.models.clip_text import load_hf_clip_text, read_hf_config
-from icrl_jax.models.gpt2 import CheckpointFormatError, load_hf_gpt2, transformer_params
+from icrl_jax.models.clip_text import CLIPTextConfig, load_hf_clip_text, read_hf_config
+from icrl_jax.models.gpt2 import (CheckpointFormatError, GPT2Config, load_hf_gpt2,
+                                  transformer_params)
 from icrl_jax.models.transformer import Transformer
 
 #: config.json `model_type` -> family; a `CLIPModel` ("clip") gives its text tower.
@@ -38,6 +39,31 @@ class PretrainedStack:
     activation: str  # a key of transformer.ACTIVATIONS
 
 
+def _family(path: str, hf: dict[str, Any]) -> str:
+    family = FAMILIES.get(hf.get("model_type"))
+    if family is None:
+        raise CheckpointFormatError(f"{path}/config.json has model_type {hf.get('model_type')!r};"
+                                    f" model.pretrained takes one of {', '.join(FAMILIES)}")
+    return family
+
+
+def _stack(family: str, cfg: GPT2Config | CLIPTextConfig) -> PretrainedStack:
+    if family == "gpt":
+        return PretrainedStack("gpt", cfg.n_embd, cfg.n_layer, cfg.n_head, 4,
+                               cfg.layer_norm_epsilon, "gelu_tanh")
+    return PretrainedStack("clip", cfg.hidden_size, cfg.num_hidden_layers,
+                           cfg.num_attention_heads, cfg.mlp_ratio, cfg.layer_norm_eps,
+                           cfg.activation)
+
+
+def pretrained_architecture(path: str) -> PretrainedStack:
+    """The architecture of the GPT-2 or CLIP (text) directory `path`, from its config.json alone
+    (no weights read)."""
+    hf = read_hf_config(path)
+    family = _family(path, hf)
+    return _stack(family, (GPT2Config if family == "gpt" else CLIPTextConfig).from_hf(hf))
+
+
 def load_pretrained(path: str) -> tuple[PretrainedStack, dict[str, Any]]:
     """A local Hugging Face GPT-2 or CLIP (text) directory -> (architecture facts, the block
     stack's `Transformer` params, float32 numpy). The token embedding (and GPT-2's tied output
@@ -45,19 +71,26 @@ def load_pretrained(path: str) -> tuple[PretrainedStack, dict[str, Any]]:
 
     Raises `CheckpointFormatError` for a missing file, a `model_type` that is neither, or a
     checkpoint that does not fit its own config (naming the parameter and shapes)."""
-    model_type = read_hf_config(path).get("model_type")
-    family = FAMILIES.get(model_type)
+    family = _family(path, read_hf_config(path))
     if family == "gpt":
         cfg, params = load_hf_gpt2(path)
-        return PretrainedStack("gpt", cfg.n_embd, cfg.n_layer, cfg.n_head, 4,
-                               cfg.layer_norm_epsilon, "gelu_tanh"), transformer_params(params)
-    if family == "clip":
-        cfg, params = load_hf_clip_text(path)
-        return PretrainedStack("clip", cfg.hidden_size, cfg.num_hidden_layers,
-                               cfg.num_attention_heads, cfg.mlp_ratio, cfg.layer_norm_eps,
-                               cfg.activation), params["transformer"]
-    raise CheckpointFormatError(f"{path}/config.json has model_type {model_type!r}; "
-                                f"model.pretrained takes one of {', '.join(FAMILIES)}")
+        return _stack(family, cfg), transformer_params(params)
+    cfg, params = load_hf_clip_text(path)
+    return _stack(family, cfg), params["transformer"]
+
+
+def adopt_pretrained_architecture(model_config) -> None:
+    """With `model.pretrained_architecture` on, set the model's architecture fields (d_model,
+    num_layers, num_heads, mlp_ratio, norm_epsilon, activation) to `model.pretrained`'s, in
+    place: a table column that starts from another family (CLIP-DT next to GPT-DT) takes its
+    LM's shape instead of failing `check_backbone_fits`."""
+    if not (model_config.get("pretrained_architecture") and model_config.get("pretrained")):
+        return
+    stack = pretrained_architecture(model_config.pretrained)
+    model_config.update(dict(d_model=stack.d_model, num_layers=stack.num_layers,
+                             num_heads=stack.num_heads, mlp_ratio=stack.mlp_ratio,
+                             pre_norm=True, norm_epsilon=stack.norm_epsilon,
+                             activation=stack.activation))
 
 
 @functools.lru_cache(maxsize=4)
