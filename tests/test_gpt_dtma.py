@@ -190,6 +190,13 @@ def test_point_maze_table_end_to_end(tmp_path):
     # One dataset for every column and seed, built once in the table's work directory.
     assert (tmp_path / "minari").is_dir()
     assert not any((tmp_path / col / "seed_0" / "minari").exists() for col in ("DT", "GPT-DTMA"))
+    # The D4RL-style score is the first episode's return against the dataset's stored references.
+    from icrl_jax.data.minari_io import dataset_dir, normalized_score, read_minari
+    data = read_minari(dataset_dir(tmp_path / "minari", config.data.dataset_id))
+    with open(tmp_path / "DT" / "seed_0" / "eval.json") as f:
+        result = json.load(f)
+    np.testing.assert_allclose(result["model@3_d4rl_score"], normalized_score(
+        result["model@3_first_episode_return"], data.ref_min_score, data.ref_max_score), rtol=1e-6)
     assert table["rows"]["GPT-DTMA"]["g_markov"]["seeds"] == [0.0]  # the fixture has none
     assert table["rows"]["DT"]["g_markov"]["seeds"] == []
     for metric in ("episode_length", "goal_reached"):
