@@ -35,7 +35,7 @@ def column_config(config, column: str, seed: int) -> ml_collections.ConfigDict:
     seeded = seed_config(config, seed)
     seeded.unlock()
     for dotted, value in config.columns[column]:
-        for field in _placeholders(value):
+        for field in _report_fields(value):
             if not config.report.get(field):
                 raise UserError(f"column {column!r} starts from a language model: give its "
                                 f"Hugging Face directory with --config.report.{field}=DIR "
@@ -49,18 +49,18 @@ def column_config(config, column: str, seed: int) -> ml_collections.ConfigDict:
     return seeded
 
 
-def _placeholders(value) -> list[str]:
+def _report_fields(value) -> list[str]:
     """The `report` fields a column override names as "{field}" (e.g. "{pretrained}")."""
     return re.findall(r"{(\w+)}", value) if isinstance(value, str) else []
 
 
 def runnable_columns(config) -> list[str]:
     """The columns to run: all, less those in `report.optional_columns` whose "{field}"
-    placeholders are empty (e.g. a column of a model whose weights were not given)."""
+    fields are empty (e.g. a column of a model whose weights were not given)."""
     optional = set(config.report.get("optional_columns", ()))
     return [c for c in config.columns
             if c not in optional or all(config.report.get(f) for _, v in config.columns[c]
-                                        for f in _placeholders(v))]
+                                        for f in _report_fields(v))]
 
 
 def _cell(values: list[float]) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def run_columns(config) -> dict[str, str]:
     columns = runnable_columns(config)
     for skipped in [c for c in config.columns if c not in columns]:
         print(f"column {skipped} skipped: its model directory is not given "
-              f"({', '.join(f'report.{f}' for _, v in config.columns[skipped] for f in _placeholders(v))})")
+              f"({', '.join(f'report.{f}' for _, v in config.columns[skipped] for f in _report_fields(v))})")
     for column in columns:
         per_seed: dict[str, list] = {m: [] for m in metrics + ["g_markov"]}
         for seed in range(int(config.report.num_seeds)):
