@@ -81,8 +81,8 @@ def run_columns(config) -> dict[str, str]:
     rows: dict[str, dict[str, Any]] = {}
     columns = runnable_columns(config)
     for skipped in [c for c in config.columns if c not in columns]:
-        print(f"column {skipped} skipped: its model directory is not given "
-              f"({', '.join(f'report.{f}' for _, v in config.columns[skipped] for f in _report_fields(v))})")
+        fields = [f"report.{f}" for _, v in config.columns[skipped] for f in _report_fields(v)]
+        print(f"column {skipped} skipped: its model directory is not given ({', '.join(fields)})")
     for column in columns:
         per_seed: dict[str, list] = {m: [] for m in metrics + ["g_markov"]}
         for seed in range(int(config.report.num_seeds)):
