@@ -17,9 +17,11 @@ How a run becomes multi-process (`config.dist`, or the usual environment variabl
 On the CPU the collectives go through gloo (`jax_cpu_collectives_implementation`), so two
 processes on localhost are a real test of the multi-process path.
 
-What each process does: process 0 makes the dataset file and all read it; each keeps only its
-devices' rows of the on-device data (`train.place_data`), samples the same global batch and
-trains; process 0 alone writes `config.json`, metrics, TensorBoard, W&B,
+What each process does: it makes only the rows of the learning histories its devices train on
+(`run.process_share`; other datasets: process 0 makes the file and all read it) and holds only
+those (`train.place_data`), or streams windows of its own part of a pixel store into its share
+of each batch (`train._process_loader`); all sample the same global batch and train; process 0
+alone writes `config.json`, metrics, TensorBoard, W&B,
 progress bars, evaluation files and the checkpoint signature; orbax writes each checkpoint once,
 coordinating the processes itself.
 """

@@ -29,8 +29,8 @@ import envs
 from icrl_jax import metrics as M
 from icrl_jax.config import check_workdir, finalize
 from icrl_jax.data import sources as S
-from icrl_jax.data.builders import (dataset_returns, generate, open_dataset, share_dataset,
-                                    task_split)
+from icrl_jax.data.builders import (Rows, dataset_returns, generate, num_rows, open_dataset,
+                                    share_dataset, task_split)
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.distributed import is_main_process
 from icrl_jax.errors import UserError
@@ -58,9 +58,27 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     return config
 
 
-def dataset_of(config, env):
-    """The run's dataset, made first if missing. With several processes, process 0 makes it
-    while the others wait, then all read the same file (the data is deterministic)."""
+def process_share(config, env) -> Rows | None:
+    """With several processes, the rows of the dataset this process makes and trains on: its
+    devices' share (`train.process_rows`), when the builder makes rows alone and they divide
+    over the devices; else None."""
+    from icrl_jax import train as T
+
+    total = num_rows(config, env) if jax.process_count() > 1 else None
+    indices = None if total is None else T.process_rows(total)
+    if indices is None:
+        return None
+    return Rows([int(i) for i in indices],
+                f"{indices[0]}-{indices[-1] + 1}-of-{total}" if len(indices) == indices[-1]
+                - indices[0] + 1 else f"process-{jax.process_index()}-of-{jax.process_count()}")
+
+
+def dataset_of(config, env, rows: Rows | None = None):
+    """The run's dataset (only `rows` of it, if given), made first if missing. With several
+    processes and no `rows`, process 0 makes it while the others wait, then all read the same
+    file (the data is deterministic)."""
+    if rows is not None:  # every process makes its own rows
+        return open_dataset(config, env, rows)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
         if is_main_process():
@@ -80,13 +98,37 @@ def train(config):
 
     env = build_env(config)
     method = build_method(config, env)
-    data = method.training_data(dataset_of(config, env), config, env)
+    data = training_data_of(config, env, method)
     state = T.train(method, data, config.train, config.workdir,
                     method.signature(config, env), seed=config.seed,
                     show_progress=config.run.progress, log=config.get("log"))
     if config.run.evaluate:
         return evaluate(config, params=jax.tree.map(jnp.asarray, state.params))
     return None
+
+
+def training_data_of(config, env, method):
+    """The method's training data. With several processes, each makes and holds only its share
+    of the rows when it can (`process_share`); the whole dataset in every process otherwise, or
+    when the shares' shapes differ (e.g. early-ending episodes subsampled: each share is
+    padded to its own longest row)."""
+    import dataclasses
+
+    rows = process_share(config, env)
+    if rows is not None:
+        data = method.training_data(dataset_of(config, env, rows), config, env)
+        if _same_shapes_across_processes(data.arrays):
+            return dataclasses.replace(data, num_rows=num_rows(config, env))
+    return method.training_data(dataset_of(config, env), config, env)
+
+
+def _same_shapes_across_processes(tree) -> bool:
+    from jax.experimental import multihost_utils
+
+    shapes = np.concatenate([[np.ndim(x), *np.shape(x)] for x in jax.tree.leaves(tree)]
+                            ).astype(np.int64)
+    gathered = multihost_utils.process_allgather(shapes)
+    return bool((gathered == gathered[0]).all())
 
 
 def load_params(config, env, method, data=None):
@@ -156,7 +198,8 @@ def evaluate(config, params=None) -> dict[str, Any]:
     `eval.json`, `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
     env = build_env(config)
     method = build_method(config, env)
-    dataset = dataset_of(config, env)
+    rows = process_share(config, env)
+    dataset = dataset_of(config, env, rows)
     if params is None:
         params = load_params(config, env, method, method.training_data(dataset, config, env))
     tasks = eval_tasks(env, config)
@@ -170,9 +213,8 @@ def evaluate(config, params=None) -> dict[str, Any]:
         results.update({f"{name}_d4rl_score": float(normalized_score(
             results[f"{name}_first_episode_return"], *refs)) for name in rollouts})
     returns = dataset_returns(dataset)
-    if returns is not None and len(returns):
-        results.update(dataset_return_mean=float(returns.mean()),
-                       dataset_return_max=float(returns.max()))
+    if returns is not None:
+        results.update(_return_stats(returns, across_processes=rows is not None))
     results.update(num_envs=int(len(rollouts["random" if "random" in rollouts else
                                              next(iter(rollouts))]["rewards"])),
                    num_steps=int(config.eval.num_steps), tasks=config.eval.tasks,
@@ -190,6 +232,19 @@ def evaluate(config, params=None) -> dict[str, Any]:
         ylabel="cumulative regret" if bandit else "return",
         title=f"{config.experiment}: {config.eval.tasks} tasks")
     return write_eval_results(config, results)
+
+
+def _return_stats(returns: np.ndarray, across_processes: bool) -> dict[str, float]:
+    """Mean and max of the dataset's episode returns; `across_processes`: of all processes'
+    shares together (each holds some rows of the dataset)."""
+    stats = np.array([returns.sum(), len(returns), returns.max(initial=-np.inf)], np.float64)
+    if across_processes:
+        from jax.experimental import multihost_utils
+        parts = np.asarray(multihost_utils.process_allgather(stats.astype(np.float32)), np.float64)
+        stats = np.array([parts[:, 0].sum(), parts[:, 1].sum(), parts[:, 2].max()])
+    if not stats[1]:
+        return {}
+    return dict(dataset_return_mean=float(stats[0] / stats[1]), dataset_return_max=float(stats[2]))
 
 
 def write_eval_results(config, results: dict[str, Any]) -> dict[str, Any]:

@@ -143,6 +143,7 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
       while loop: XLA:CPU runs convolution gradients (pixel encoders) inside one some 20x slower
       than in straight-line code (quick ViZDoom M-SAT: 0.25 s per step straight-line, 5.7 s in
       a scan). Compile time grows with `steps_per_call`; keep it small.
+      With several processes the item is `(steps_per_call, batch_size, ...)` (`_process_loader`).
     * `replicas`: `vmap` over the leading K axis of `state`, `seed_key` and `hyper` (the data
       is shared); the replicas are sharded over the mesh (`state_sharding`).
     """
@@ -152,6 +153,7 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
         raise UserError(f"train.batch_size={batch_size} does not divide over the {num_devices} "
                         f"devices; use a multiple of {num_devices}")
     sharding = None if replicas else NamedSharding(mesh, P("data"))
+    stepped = data.loader_fn is not None and jax.process_count() > 1
     dtype = compute_dtype(config.get("compute_dtype", "auto"))
 
     def constrain(batch):
@@ -162,8 +164,9 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
         if data.sample_fn is None:
             metrics = []
             for i in range(steps):
-                batch = constrain(jax.tree.map(
-                    lambda x: x[i * batch_size:(i + 1) * batch_size], arrays))
+                batch = constrain(jax.tree.map(  # (steps, batch) from several processes
+                    lambda x: x[i] if stepped else x[i * batch_size:(i + 1) * batch_size],
+                    arrays))
                 _, dropout_key = jax.random.split(jax.random.fold_in(seed_key, state.step))
                 state, step_metrics = gradient_step(method, optimizer, state, batch, dropout_key,
                                                     dtype)
@@ -193,21 +196,38 @@ def state_sharding(mesh: Mesh, replicas: bool = False, num_replicas: int = 0) ->
     return NamedSharding(mesh, P())
 
 
-def place_data(arrays, mesh: Mesh):
+def process_rows(num_rows: int, mesh: Mesh | None = None) -> np.ndarray | None:
+    """The rows of an `num_rows`-row dataset that `place_data` puts on this process's devices,
+    int `(num_rows / process_count,)` in increasing order; None when the rows do not divide
+    over the devices (every device then holds them all)."""
+    mesh = mesh or data_mesh()
+    if num_rows % mesh.devices.size:
+        return None
+    shards = NamedSharding(mesh, P("data")).addressable_devices_indices_map((num_rows,))
+    return np.unique(np.concatenate([np.arange(num_rows)[i] for i in shards.values()]))
+
+
+def place_data(arrays, mesh: Mesh, num_rows: int | None = None):
     """Put on-device training data on the mesh: arrays whose leading axis is the dataset's rows
     (histories, trajectories) are split over the devices when the rows divide over them, the
-    rest replicated. Each device then holds 1/D of the data, and each process builds only its
-    own devices' rows; sampling indexes the global array, which XLA turns into a local gather
-    and one all-reduce of the sampled rows, so batches (and results) do not depend on the
-    device or process count."""
+    rest replicated. Each device then holds 1/D of the data; sampling indexes the global array,
+    which XLA turns into a local gather and one all-reduce of the sampled rows, so batches (and
+    results) do not depend on the device or process count.
+
+    `num_rows`: `arrays` hold only this process's rows (`process_rows`) of a dataset of that
+    many rows, which each process made alone; they become the global arrays' local shards."""
     leaves = [x for x in jax.tree.leaves(arrays) if np.ndim(x) > 0]
     rows = max({np.shape(x)[0] for x in leaves}, key=lambda n: sum(
         np.shape(x)[0] == n for x in leaves)) if leaves else 0
-    split = rows > 0 and rows % mesh.devices.size == 0
+    split = rows > 0 and (num_rows is not None or rows % mesh.devices.size == 0)
 
     def put(x):
         host = np.asarray(x)
-        spec = P("data") if split and host.ndim > 0 and host.shape[0] == rows else P()
+        is_row = split and host.ndim > 0 and host.shape[0] == rows
+        if is_row and num_rows is not None:
+            return jax.make_array_from_process_local_data(
+                NamedSharding(mesh, P("data")), host, (num_rows,) + host.shape[1:])
+        spec = P("data") if is_row else P()
         return jax.make_array_from_callback(host.shape, NamedSharding(mesh, spec),
                                             lambda index: host[index])
     return jax.tree.map(put, arrays)
@@ -261,9 +281,6 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     replicated = NamedSharding(mesh, P())
     num_replicas = len(seed_keys) if replicas else 0
     placed = state_sharding(mesh, replicas, num_replicas)
-    if data.loader_fn is not None and jax.process_count() > 1:
-        raise UserError("multi-process training streams from a loader (the pixel store) are not "
-                        "supported yet: run it in one process (all local devices are used)")
     init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys) if replicas \
         else jax.random.fold_in(seed_keys, 2**31 - 1)
     if cache_key is None or cache_key not in _COMPILED:
@@ -280,9 +297,10 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     restored, good_step, _ = checkpointer.restore_latest_intact(state)
     if restored is not None:
         state = jax.device_put(restored, placed)
-    arrays = None if data.arrays is None else place_data(data.arrays, mesh)
+    arrays = None if data.arrays is None else place_data(data.arrays, mesh, data.num_rows)
     step = int(np.max(state.step))
-    loader = data.loader_fn(step) if data.loader_fn is not None else None
+    loader = None if data.loader_fn is None else _process_loader(data.loader_fn, step, mesh,
+                                                                 config.steps_per_call)
     log = log or {}
     wandb = dict(wandb=True, wandb_project=log.get("wandb_project", "icrl-jax"),
                  wandb_mode=log.get("wandb_mode", "offline"), run_config=signature
@@ -317,6 +335,31 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
         if loader is not None:
             loader.close()
     return _fetch(state), last
+
+
+def _process_loader(loader_fn: Callable, start_step: int, mesh: Mesh, steps: int):
+    """The loader of `loader_fn` from `start_step`. With several processes, each reads its own
+    part of the store (`shard`) and yields its share of every step's batch; they are joined
+    into global `(steps_per_call, batch_size, ...)` arrays, the batch axis split over the devices
+    (`make_train_steps` reads those per step)."""
+    count = jax.process_count()
+    if count == 1:
+        return loader_fn(start_step)
+    loader = loader_fn(start_step, (jax.process_index(), count))
+    sharding = NamedSharding(mesh, P(None, "data"))
+
+    def join(x):
+        local = np.asarray(x).reshape((steps, -1) + np.shape(x)[1:])
+        return jax.make_array_from_process_local_data(
+            sharding, local, (steps, local.shape[1] * count) + local.shape[2:])
+
+    class Joined:
+        def __next__(self):
+            return jax.tree.map(join, next(loader))
+
+        def close(self):
+            loader.close()
+    return Joined()
 
 
 def _fetch(tree):

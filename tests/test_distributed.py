@@ -26,8 +26,11 @@ from icrl_jax.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: A tiny AD run on Bernoulli bandits (`experiments/ad/bernoulli_bandit.py:quick`, shrunk).
-TINY = ["--config", "experiments/ad/bernoulli_bandit.py:quick",
+#: A tiny AD run on Bernoulli bandits (`experiments/ad/bernoulli_bandit.py:quick`, shrunk), on
+#: histories of a source that draws each history from its own key alone (Thompson sampling's
+#: exact Beta sampler pools its rare rejection retries over the batch, so a process's share of
+#: its histories would be other, equally distributed draws than the same rows of the whole).
+TINY = ["--config", "experiments/ad/bernoulli_bandit.py:quick", "--config.data.source=uniform_random",
         "--config.data.num_train_tasks=64", "--config.data.num_test_tasks=8",
         "--config.data.num_steps=40", "--config.model.d_model=16", "--config.model.num_heads=2",
         "--config.model.num_layers=1", "--config.train.num_steps=20",
@@ -118,6 +121,15 @@ def test_two_processes_train_like_one(tmp_path):
         np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-3, err_msg=k)
     flat = lambda p: np.concatenate([p[k].ravel() for k in sorted(p)])  # noqa: E731
     assert np.linalg.norm(flat(a) - flat(b)) <= 1e-3 * np.linalg.norm(flat(b))
+    # Each process made only its own half of the 64 x 1 histories (the rows its device
+    # trains on), and the halves are the one-process dataset's rows: same tasks, same keys.
+    from icrl_jax.data.history import load_history
+    whole, _ = load_history(str(tmp_path / "one" / "histories.npz"))
+    for i, rows in enumerate(("0-32-of-64", "32-64-of-64")):
+        part, meta = load_history(os.path.join(two, f"histories.rows-{rows}.npz"))
+        assert meta["rows"] == list(range(32 * i, 32 * (i + 1)))
+        np.testing.assert_array_equal(part.actions, whole.actions[32 * i:32 * (i + 1)])
+        np.testing.assert_array_equal(part.task_ids, whole.task_ids[32 * i:32 * (i + 1)])
     # Process 0 alone wrote the metrics: one line per logged step, not two.
     with open(os.path.join(two, "metrics.jsonl")) as f:
         steps = [json.loads(line)["step"] for line in f]
@@ -242,3 +254,107 @@ def test_batch_that_does_not_divide_over_the_devices_is_named():
     with pytest.raises(UserError, match="batch_size=8 does not divide over the 3 devices"):
         T.make_train_steps(lambda _: (tiny_method(), T.make_optimizer(config)), copy_task_data(),
                            config, mesh)
+
+
+def _history_id_store(path, num_histories=6, length=40):
+    """A pixel store whose frames show one of 3 colours (the action: learnable from pixels) and
+    whose every reward is the history's id (so a window tells which history it came from)."""
+    from icrl_jax.data.pixel_store import PixelStoreWriter
+    colours = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255]], np.uint8)
+    rng = np.random.default_rng(0)
+    with PixelStoreWriter(str(path), (8, 8, 3), chunk_steps=64) as w:
+        for h in range(num_histories):
+            actions = rng.integers(0, 3, length)
+            w.add_history(np.broadcast_to(colours[actions][:, None, None, :], (length, 8, 8, 3)),
+                          actions, np.full(length, h, np.float32), np.arange(length) % 10 == 9)
+
+
+def test_a_process_part_of_a_pixel_store_holds_only_its_histories(tmp_path):
+    from icrl_jax.data.pixel_store import PixelStore, PixelStoreWriter, StepWindowsLoader
+    from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
+
+    _history_id_store(tmp_path / "s")
+    store = PixelStore(str(tmp_path / "s"))
+    for index in (0, 1, 2):
+        batch = store.sample(np.random.default_rng(index), 64, 12, previous_fill=3,
+                             shard=(index, 3))
+        assert set(np.unique(batch["rewards"])) == {index, index + 3}  # histories h % 3 == index
+    # the loader yields this part's share of every call's windows, from a stream of its own
+    loader = StepWindowsLoader(store, 3, 4, 12, 2, shard=(1, 2))
+    item = next(loader)
+    loader.close()
+    assert isinstance(item.observations, np.ndarray) and item.actions.shape == (8, 12)
+    assert set(np.unique(item.prev_rewards)) <= {0.0, 1.0, 3.0, 5.0}
+    with pytest.raises(ValueError, match="part 0 of 2"):
+        store.sample(np.random.default_rng(0), 4, 41, shard=(0, 2))
+    # DT windows: every history ends with done -> one episode per history
+    with PixelStoreWriter(str(tmp_path / "t"), (2, 2, 1), (1,)) as w:
+        for h, n in enumerate((5, 9, 3, 7)):
+            w.add_history(np.zeros((n, 2, 2, 1), np.uint8), np.zeros((n, 1), np.int32),
+                          np.full(n, h, np.float32), np.arange(n) == n - 1)
+    episodes = PixelTrajectoryStore(str(tmp_path / "t"))
+    windows = episodes.sample(np.random.default_rng(0), 200, 4, shard=(1, 2))
+    seen = np.unique(windows.rewards[windows.mask])
+    assert set(seen) == {1.0, 3.0}
+
+
+PIXEL_WORKER = textwrap.dedent("""
+    import json, sys
+    from icrl_jax import distributed
+    distributed.initialize(None)  # from JAX_COORDINATOR_ADDRESS / _NUM_PROCESSES / _PROCESS_ID
+    import jax, numpy as np
+    from icrl_jax import train as T
+    from icrl_jax.data.pixel_store import PixelStore, StepWindowsLoader, example_step_windows
+    from icrl_jax.data.train_data import TrainData
+    from icrl_jax.methods.ad import AD
+    from test_miniworld_ad import tiny_model_config
+
+    store = PixelStore(sys.argv[1])
+    example = example_step_windows(store, 3, 12)  # shapes only
+    seen = set()
+    sample = store.sample
+
+    def recording(*args, **kwargs):  # which histories this process reads
+        out = sample(*args, **kwargs)
+        seen.update(np.unique(out["rewards"]).tolist())
+        return out
+    store.sample = recording
+    config = T.default_train_config()
+    config.update(dict(num_steps=40, batch_size=8, seq_len=12, steps_per_call=2,
+                       learning_rate=3e-3, warmup_steps=5, log_every=10, checkpoint_every=40))
+
+    def loader_fn(start, shard=(0, 1)):
+        return StepWindowsLoader(store, 3, 8 // shard[1], 12, 2, start, seed=3, shard=shard)
+
+    data = TrainData(example, loader_fn=loader_fn)
+    state = T.train(AD(tiny_model_config(), 3, None), data, config, sys.argv[2], {"t": 1},
+                    show_progress=False)
+    flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(state.params)])
+    print("RESULT" + json.dumps({"process": jax.process_index(), "seen": sorted(seen),
+                                 "params": flat[:: max(1, len(flat) // 200)].tolist()}))
+""")
+
+
+def test_two_processes_train_from_their_parts_of_a_pixel_store(tmp_path):
+    """Each process streams windows of its own histories (h % 2 == its index) into its share of
+    every batch; the processes hold one state and the loss falls."""
+    _history_id_store(tmp_path / "store")
+    port = _free_port()
+    procs = []
+    for i in range(2):
+        env = dict(_env(), JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
+                   JAX_PROCESS_ID=str(i))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", PIXEL_WORKER, str(tmp_path / "store"), str(tmp_path / "run")],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    results = {}
+    for p in procs:
+        out = _finish(p)
+        line = next(l for l in out.splitlines() if l.startswith("RESULT"))
+        result = json.loads(line[len("RESULT"):])
+        results[result["process"]] = result
+    assert results[0]["seen"] == [0.0, 2.0, 4.0] and results[1]["seen"] == [1.0, 3.0, 5.0]
+    np.testing.assert_array_equal(results[0]["params"], results[1]["params"])
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        losses = [json.loads(line)["loss"] for line in f]
+    assert len(losses) == 4 and losses[-1] < 0.7 * losses[0], losses

@@ -42,6 +42,14 @@ def test_deterministic_and_chunking_invariant():
         for f in ("observations", "actions", "rewards", "dones"):
             np.testing.assert_array_equal(getattr(x, f), getattr(y, f))
     assert not np.array_equal(a.actions, d.actions)
+    # Any rows made alone from their own keys (a process's share) are those rows of the whole.
+    rows = np.array([1, 4, 6])
+    keys = jax.random.split(jax.random.PRNGKey(1), 7)[rows]
+    part = generate_histories(env, src, env.task_params(rows), 200, keys)
+    for f in ("observations", "actions", "rewards", "dones"):
+        np.testing.assert_array_equal(getattr(part, f), getattr(a, f)[rows])
+    with pytest.raises(ValueError, match="3 keys for 7 histories"):
+        generate_histories(env, src, params, 200, keys)
 
 
 def test_dones_mark_episode_boundaries():

@@ -17,6 +17,7 @@ when it exists, unless forced) and opens it as what a method's `training_data` r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -55,19 +56,50 @@ def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
     return train, test[: data.num_test_tasks]
 
 
-class Histories:
-    """Learning histories of `data.source` on every training task (`histories_per_task` each)."""
+class Builder:
+    """What every builder has: `path(config, env)`, `exists(path, env)`,
+    `build(config, env, path)`, `open(config, env, path)`; one whose rows can be made in parts
+    overrides `num_rows`, and its `path`, `exists` and `build` take `rows` too."""
 
-    def path(self, config, env) -> str:
-        return config.data.path or os.path.join(
+    def num_rows(self, config, env) -> int | None:
+        del config, env
+        return None
+
+
+class Histories(Builder):
+    """Learning histories of `data.source` on every training task (`histories_per_task` each).
+
+    Row r of the dataset is task `repeat(train_ids, histories_per_task)[r]` with key
+    `split(PRNGKey(seed), R)[r]`, so any subset of rows (`rows`: a process's share in a
+    multi-process run) is made alone: exactly as in the whole dataset when the source draws
+    each history from its key alone; Thompson sampling's exact Beta sampler pools its
+    rejection retries over the batch, so its rows are then other draws of the same law."""
+
+    def num_rows(self, config, env) -> int | None:
+        """R, the rows that can be made in parts (None: host simulators record one store)."""
+        return None if env.host else len(task_split(env, config)[0]) * int(
+            config.data.histories_per_task)
+
+    def path(self, config, env, rows=None) -> str:
+        path = config.data.path or os.path.join(
             config.workdir, "pixel_store" if env.host else "histories.npz")
+        if rows is None:
+            return path
+        root, ext = os.path.splitext(path)
+        return f"{root}.rows-{rows.label}{ext}"
 
-    def exists(self, path: str, env) -> bool:
+    def exists(self, path: str, env, rows=None) -> bool:
+        if rows is not None:  # a part of the rows another layout made is made again
+            if not os.path.exists(path):
+                return False
+            with np.load(path) as f:
+                return json.loads(str(f["metadata"])).get("rows") == rows.indices
         return os.path.exists(os.path.join(path, "meta.json") if env.host else path)
 
-    def build(self, config, env, path: str) -> None:
+    def build(self, config, env, path: str, rows=None) -> None:
         train_ids, _ = task_split(env, config)
         tasks = np.repeat(train_ids, config.data.histories_per_task, axis=0)
+        keys = jax.random.split(jax.random.PRNGKey(config.seed), len(tasks))
         num_steps = int(config.data.num_steps)
         source = build_source(config.data.source, env, num_steps,
                               config.data.source_kwargs.to_dict())
@@ -75,14 +107,16 @@ class Histories:
         if env.host:
             self._record(config, env, path, tasks, source, num_steps)
             return
+        if rows is not None:
+            tasks, keys = tasks[np.asarray(rows.indices)], keys[np.asarray(rows.indices)]
         history = jax.block_until_ready(generate_histories(
-            env, source, env.task_params(tasks), num_steps, jax.random.PRNGKey(config.seed),
-            task_ids=tasks))
+            env, source, env.task_params(tasks), num_steps, keys, task_ids=tasks))
         seconds = time.perf_counter() - start
         save_history(path, history, metadata=dict(
             env=config.env.name, env_kwargs=config.env.kwargs.to_dict(),
             source=config.data.source, source_kwargs=config.data.source_kwargs.to_dict(),
-            seed=config.seed, generation_seconds=seconds))
+            seed=config.seed, generation_seconds=seconds,
+            rows=None if rows is None else rows.indices))
         print(f"generated {history.num_histories} histories x {history.length} steps of "
               f"{config.data.source} in {seconds:.1f}s -> {path}")
 
@@ -122,7 +156,7 @@ class Histories:
         return load_history(path)[0]
 
 
-class ViZDoomExpert:
+class ViZDoomExpert(Builder):
     """ViZDoom expert episodes in a pixel trajectory store (`envs/host/vizdoom.py`)."""
 
     def path(self, config, env) -> str:
@@ -148,7 +182,7 @@ class ViZDoomExpert:
         return PixelTrajectoryStore(path)
 
 
-class Minari:
+class Minari(Builder):
     """Offline episodes in a Minari dataset (`data/minari_io.py`): `<root>/<data.dataset_id>`,
     root `data.minari_root` (default `<workdir>/minari`).
 
@@ -416,23 +450,44 @@ def share_dataset(config, env, derived) -> None:
         derived.data.path = builder.path(config, env)
 
 
-def generate(config, env, force: bool = False) -> str:
-    """Make the run's dataset unless it exists (or `force`); returns its path."""
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """Some rows of a dataset that can be made in parts (`num_rows`): `indices` in increasing
+    order, `label` naming the part in its file name (e.g. "0-32")."""
+
+    indices: list[int]
+    label: str
+
+
+def num_rows(config, env) -> int | None:
+    """How many rows the run's dataset has when its builder can make any subset of them alone
+    (each process of a multi-process run makes its own share); None when it cannot."""
+    return builder_of(config).num_rows(config, env)
+
+
+def _args(rows) -> tuple:
+    return () if rows is None else (rows,)
+
+
+def generate(config, env, force: bool = False, rows: Rows | None = None) -> str:
+    """Make the run's dataset (only `rows` of it, if given) unless it exists (or `force`);
+    returns its path."""
     builder = builder_of(config)
-    path = builder.path(config, env)
-    if force or not builder.exists(path, env):
-        builder.build(config, env, path)
+    path = builder.path(config, env, *_args(rows))
+    if force or not builder.exists(path, env, *_args(rows)):
+        builder.build(config, env, path, *_args(rows))
     return path
 
 
-def open_dataset(config, env):
-    """The run's dataset, made first when missing (unless `run.generate` is off)."""
+def open_dataset(config, env, rows: Rows | None = None):
+    """The run's dataset (only `rows` of it, if given), made first when missing (unless
+    `run.generate` is off)."""
     builder = builder_of(config)
-    path = builder.path(config, env)
-    if not builder.exists(path, env):
+    path = builder.path(config, env, *_args(rows))
+    if not builder.exists(path, env, *_args(rows)):
         if not config.run.generate:
             raise UserError(f"no dataset at {path} and run.generate=False")
-        builder.build(config, env, path)
+        builder.build(config, env, path, *_args(rows))
     return builder.open(config, env, path)
 
 

@@ -105,6 +105,7 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
       params: batched EnvParams with leading axis N (e.g. `env.task_params(task_ids)`).
       num_steps: T, steps per history (across episodes).
       key: PRNG key; history n uses `split(key, N)[n]`, so chunking does not change results.
+        Or `(N,)` keys, one per history (a subset of a larger split: a process's share).
       task_ids: int `(N,)` recorded in the History (default `arange(N)`).
       chunk_size: tasks per jitted call (memory/cache bound; default: all N); rounded up to a
         multiple of the local devices, over which each call is sharded; the last chunk is
@@ -130,7 +131,10 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
         raise ValueError(f"task_ids has shape {task_ids.shape}; expected ({n},) to match params")
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
-    keys = jax.random.split(key, n)
+    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    keys = key if np.ndim(key) == (1 if typed else 2) else jax.random.split(key, n)
+    if len(keys) != n:
+        raise ValueError(f"{len(keys)} keys for {n} histories")
     # Each chunk is one program over a mesh of the local devices, its envs sharded along the
     # mesh (padded to a multiple of the device count); on a CPU host run with
     # XLA_FLAGS=--xla_force_host_platform_device_count=<cores> every core gets a shard.

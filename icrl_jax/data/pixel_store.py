@@ -115,33 +115,42 @@ class PixelStore:
         self.chunks = [{f: np.load(os.path.join(directory, f"chunk_{k:05d}.{f}.npy"), mmap_mode="r")
                         for f in FIELDS} for k in range(len(self.meta["chunks"]))]
         self.num_steps = int(sum(self.meta["chunks"]))
-        self._starts: dict[int, list[np.ndarray]] = {}
+        self._starts: dict[tuple, list[np.ndarray]] = {}
 
-    def _valid_starts(self, seq_len: int) -> list[np.ndarray]:
-        """Per chunk, start indices whose window stays in one history, int64 `(S_k,)`."""
-        if seq_len not in self._starts:
+    def _valid_starts(self, seq_len: int, shard: tuple[int, int] = (0, 1)
+                      ) -> list[np.ndarray]:
+        """Per chunk, start indices whose window stays in one history, int64 `(S_k,)`; with
+        `shard = (index, count)`, only in histories h with h % count == index."""
+        key = (seq_len, tuple(shard))
+        if key not in self._starts:
+            index, count = shard
             starts = []
             for c in self.chunks:
                 h = np.asarray(c["history"])
                 if len(h) < seq_len:
                     starts.append(np.zeros(0, np.int64))
                     continue
-                starts.append(np.flatnonzero(h[:len(h) - seq_len + 1] == h[seq_len - 1:]))
+                ok = h[:len(h) - seq_len + 1] == h[seq_len - 1:]
+                starts.append(np.flatnonzero(ok & (h[:len(h) - seq_len + 1] % count == index)))
             if not sum(len(s) for s in starts):
-                raise ValueError(f"no history in the store is {seq_len} steps long")
-            self._starts[seq_len] = starts
-        return self._starts[seq_len]
+                part = f" of part {index} of {count} (histories h % {count} == {index})" \
+                    if count > 1 else ""
+                raise ValueError(f"no history{part} in the store is {seq_len} steps long")
+            self._starts[key] = starts
+        return self._starts[key]
 
     def sample(self, rng: np.random.Generator, batch: int, seq_len: int,
-               previous_fill: int | None = None) -> dict[str, np.ndarray]:
-        """`batch` windows of `seq_len` steps, each inside one history.
+               previous_fill: int | None = None, shard: tuple[int, int] = (0, 1)
+               ) -> dict[str, np.ndarray]:
+        """`batch` windows of `seq_len` steps, each inside one history (with `shard =
+        (index, count)`, one of the histories h with h % count == index: a process's part).
 
         With `previous_fill` (AD's "no previous action" id), also prev_actions int32
         `(B, L, ...)` = a_{t-1} and prev_rewards float32 `(B, L)` = r_{t-1}, taken from the step
         before the window when it belongs to the same history (also across a chunk boundary),
         else `previous_fill` and 0 (the history's first step).
         """
-        starts = self._valid_starts(seq_len)
+        starts = self._valid_starts(seq_len, shard)
         sizes = np.array([len(s) for s in starts], np.float64)
         chunk_ids = rng.choice(len(starts), size=batch, p=sizes / sizes.sum())
         out = {f: [] for f in ("obs", "actions", "rewards", "dones")}
@@ -184,17 +193,22 @@ class PrefetchLoader:
     `start_batch` set, batch i is drawn by its own Generator seeded with (seed, i), starting at
     i = start_batch, so a resumed training run gets the batches an uninterrupted run would have.
     `sample_kwargs` go to `PixelStore.sample` (e.g. previous_fill); `device_put=False` yields
-    host numpy arrays (for a consumer that is itself a host callback).
+    host numpy arrays (for a consumer that is itself a host callback). `shard = (index, count)`:
+    windows of the store's part `index` of `count` only (`PixelStore.sample`), from a stream of
+    its own; a multi-process run gives each process one part.
     """
 
     def __init__(self, store: PixelStore, batch_size: int, seq_len: int, seed: int = 0,
                  prefetch: int = 2, sharding=None, start_batch: int | None = None,
-                 sample_kwargs: dict | None = None, device_put: bool = True):
+                 sample_kwargs: dict | None = None, device_put: bool = True,
+                 shard: tuple[int, int] = (0, 1)):
         self.store, self.batch_size, self.seq_len = store, batch_size, seq_len
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
+        # One process's stream is the one-process stream; more get one stream per part.
+        self.seed = seed if shard[1] == 1 else (seed, *shard)
+        self.rng = np.random.default_rng(self.seed)
         self.next_batch = start_batch
-        self.sample_kwargs = dict(sample_kwargs or {})
+        self.sample_kwargs = dict(sample_kwargs or {}, **({"shard": tuple(shard)}
+                                                          if shard[1] > 1 else {}))
         self.sharding, self.device_put = sharding, device_put
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
         self._stop = threading.Event()
@@ -204,7 +218,7 @@ class PrefetchLoader:
     def _rng(self) -> np.random.Generator:
         if self.next_batch is None:
             return self.rng
-        rng = np.random.default_rng((self.seed, self.next_batch))
+        rng = np.random.default_rng((*np.atleast_1d(self.seed), self.next_batch))
         self.next_batch += 1
         return rng
 
@@ -247,13 +261,16 @@ def _as_step_windows(batch: dict, num_actions: int, xp=np):
                        action_mask=xp.ones((n, num_actions), bool))
 
 
-def example_step_windows(store: PixelStore, num_actions: int, seq_len: int, batch: int = 1):
-    """A few AD `StepWindows` from the store (host arrays), e.g. to shape a model's parameters:
-    observations uint8 `(B, L, H, W, C)`, all-true action mask `(B, num_actions)`."""
+def example_step_windows(store: PixelStore, num_actions: int, seq_len: int, batch: int = 1,
+                         shard: tuple[int, int] = (0, 1)):
+    """A few AD `StepWindows` from the store (host arrays, of its part `shard`), e.g. to shape
+    a model's parameters: observations uint8 `(B, L, H, W, C)`, all-true action mask
+    `(B, num_actions)`."""
     if tuple(store.meta["action_shape"]):
         raise ValueError(f"AD windows need scalar actions; the store has action shape "
                          f"{store.meta['action_shape']}")
-    sample = store.sample(np.random.default_rng(0), batch, seq_len, previous_fill=num_actions)
+    sample = store.sample(np.random.default_rng(0), batch, seq_len, previous_fill=num_actions,
+                          **({"shard": tuple(shard)} if shard[1] > 1 else {}))
     return _as_step_windows(sample, num_actions)
 
 
@@ -263,28 +280,30 @@ class StepWindowsLoader:
 
     Item i is drawn from (seed, i) (`PrefetchLoader(start_batch=...)`), and a run resumed at
     train step s starts at item s // steps_per_call, so it sees the batches an uninterrupted run
-    would have.
+    would have. `shard`: see `PrefetchLoader` (`batch_size` is then this part's share).
     """
 
     def __init__(self, store: PixelStore, num_actions: int, batch_size: int, seq_len: int,
                  steps_per_call: int, start_step: int = 0, seed: int = 0, prefetch: int = 2,
-                 sharding=None):
+                 sharding=None, shard: tuple[int, int] = (0, 1)):
         if start_step % steps_per_call:
             raise ValueError(f"start step {start_step} is not a multiple of steps_per_call "
                              f"{steps_per_call}")
-        example_step_windows(store, num_actions, seq_len)  # checks actions and window length
+        example_step_windows(store, num_actions, seq_len, shard=shard)  # checks the windows
         self.num_actions = num_actions
         self.loader = PrefetchLoader(store, steps_per_call * batch_size, seq_len, seed=seed,
                                      prefetch=prefetch, sharding=sharding,
                                      start_batch=start_step // steps_per_call,
-                                     sample_kwargs={"previous_fill": num_actions})
+                                     sample_kwargs={"previous_fill": num_actions},
+                                     device_put=shard[1] == 1, shard=shard)
 
     def __iter__(self):
         return self
 
     def __next__(self):
         import jax.numpy as jnp
-        return _as_step_windows(next(self.loader), self.num_actions, jnp)
+        return _as_step_windows(next(self.loader), self.num_actions,
+                                jnp if self.loader.device_put else np)
 
     def close(self) -> None:
         self.loader.close()

@@ -91,14 +91,27 @@ class PixelTrajectoryStore(PixelStore):
             mask=left_pad(np.ones(n, bool)))
 
     def sample(self, rng: np.random.Generator, batch: int, seq_len: int,
-               **kwargs) -> Trajectories:
+               shard: tuple[int, int] = (0, 1), **kwargs) -> Trajectories:
         """`batch` windows ending at uniformly drawn steps -> `Trajectories` of `(B, K, ...)`
-        host arrays (observations uint8 `(B, K, H, W, C)`, actions int32 `(B, K, n)`)."""
+        host arrays (observations uint8 `(B, K, H, W, C)`, actions int32 `(B, K, n)`).
+        `shard = (index, count)`: steps of episodes e with e % count == index only."""
         if kwargs:
             raise TypeError(f"PixelTrajectoryStore.sample takes no {sorted(kwargs)}")
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-        ends = rng.integers(0, self.num_steps, size=batch)
+        index, count = shard
+        if count == 1:
+            ends = rng.integers(0, self.num_steps, size=batch)
+        else:
+            if count > self.num_episodes:
+                raise ValueError(f"{self.num_episodes} episodes cannot be split into {count} "
+                                 f"parts")
+            episodes = np.arange(index, self.num_episodes, count)
+            # a uniform step of the part: an episode by its length, then a step in it
+            lengths = self.episode_lengths[episodes]
+            chosen = rng.choice(len(episodes), size=batch, p=lengths / lengths.sum())
+            starts = np.r_[0, np.cumsum(self.episode_lengths)][episodes[chosen]]
+            ends = starts + rng.integers(0, lengths[chosen])
         windows = [self.window(int(e), seq_len) for e in ends]
         return Trajectories(*(np.stack(f) for f in zip(*(
             (w.observations, w.actions, w.rewards, w.returns_to_go, w.timesteps, w.mask)

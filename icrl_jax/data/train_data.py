@@ -16,15 +16,20 @@ class TrainData:
       arrays: the whole dataset as arrays kept on device (`sample_fn` form), else None.
       sample_fn: `sample_fn(arrays, key, batch_size, window) -> batch`, traced inside the jitted
         train step, so sampling costs no host round trip.
-      loader_fn: `loader_fn(start_step) -> iterator` of `steps_per_call * batch_size` windows per
-        `next()` (data that does not fit on device: pixel stores); a resumed run starts a fresh,
-        seeded stream at its step.
+      loader_fn: `loader_fn(start_step, shard=(0, 1)) -> iterator` of
+        `steps_per_call * batch_size // shard[1]` windows per `next()` (data that does not fit on
+        device: pixel stores), drawn from the part `shard = (index, count)` of the dataset (a
+        process's own histories in a multi-process run); a resumed run starts a fresh, seeded
+        stream at its step.
+      num_rows: when `arrays` hold only this process's rows of the dataset (each process of a
+        multi-process run made its own share), the dataset's total row count.
     """
 
     example: Any
     arrays: Any = None
     sample_fn: Callable[..., Any] | None = None
-    loader_fn: Callable[[int], Iterator[Any]] | None = None
+    loader_fn: Callable[..., Iterator[Any]] | None = None
+    num_rows: int | None = None
 
     def __post_init__(self):
         if (self.sample_fn is None) == (self.loader_fn is None):

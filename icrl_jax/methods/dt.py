@@ -258,10 +258,11 @@ class DecisionTransformer(Method):
                 raise ValueError(f"the store holds obs / action shapes {have}, the env {want}")
             per_call = config.train.steps_per_call * config.train.batch_size
 
-            def loader_fn(start_step: int) -> PrefetchLoader:
+            def loader_fn(start_step: int, shard=(0, 1)) -> PrefetchLoader:
                 # A resumed run draws a fresh, seeded stream of windows from where it stopped.
-                return PrefetchLoader(dataset, per_call, seq_len,
-                                      seed=int(config.seed) * 1_000_003 + start_step)
+                return PrefetchLoader(dataset, per_call // shard[1], seq_len,
+                                      seed=int(config.seed) * 1_000_003 + start_step,
+                                      device_put=shard[1] == 1, shard=shard)
 
             example = jax.tree.map(jnp.asarray,
                                    dataset.sample(np.random.default_rng(0), 1, seq_len))

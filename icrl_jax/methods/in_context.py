@@ -238,10 +238,10 @@ class InContextMethod(Method):
                                  f"the env {list(env.observation_shape)}")
             dataset._valid_starts(train.seq_len)  # raises when no history is as long as a window
 
-            def loader_fn(start_step: int) -> StepWindowsLoader:
-                return StepWindowsLoader(dataset, env.num_actions, train.batch_size, train.seq_len,
-                                         train.steps_per_call, start_step, seed=config.seed,
-                                         prefetch=train.prefetch)
+            def loader_fn(start_step: int, shard=(0, 1)) -> StepWindowsLoader:
+                return StepWindowsLoader(dataset, env.num_actions, train.batch_size // shard[1],
+                                         train.seq_len, train.steps_per_call, start_step,
+                                         seed=config.seed, prefetch=train.prefetch, shard=shard)
 
             return TrainData(example_step_windows(dataset, env.num_actions, train.seq_len),
                              loader_fn=loader_fn)
