@@ -15,6 +15,11 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
                          (every 4th/8th episode: 10 or 5 per history; one vmapped program each).
   `quick_narrow[_ad]`    the same data, subsample 4, 3000 updates, 8 assignments from the better part
                          of the ranges (learning rate 1e-3..1e-2, dropouts <= 0.3/0.2, smoothing <= 0.2).
+  `quick_oracle[_ad]`    the main job's recipe (`ad/darkroom.py:quick`: noisy-oracle histories,
+                         (row, column) cell features, one 1-gram layer reading the latest match,
+                         sampling at temperature 0.7) as a search: 60 training goals, 2000 updates,
+                         8 assignments of Table 2's shape-preserving hyperparameters, one vmapped
+                         program of 8 replicas per method (about 40 min each on 2 cores).
 
 Measured on a shared 2-core CPU (held-out goals, last of 10 in-context episodes; random 0.35,
 Q-learning source 12.05, optimal 46.6): EMP at 10 assignments (`quick`) n-gram 2.08 +- 0.35 vs
@@ -23,6 +28,7 @@ source at these budgets, so they do not test the paper's near-optimal claim.
 """
 
 from icrl_jax.config import apply_preset
+from experiments.ad.darkroom import PRESETS as AD_DARKROOM_PRESETS
 from experiments.ngram.common import grid_sweep_config, quick_preset
 from icrl_jax.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
 
@@ -63,6 +69,15 @@ QUICK_NARROW = dict(QUICK, **{"data.subsample": 4, "train.num_steps": 3000,
                               "sweep.num_assignments": 8, "sweep.space": NARROW_SPACE})
 
 
+#: The main job's preset (`ad/darkroom.py:quick`) searched: its data, model and evaluation.
+QUICK_ORACLE = dict(AD_DARKROOM_PRESETS["quick"], **{
+    "data.subsample": 1,  # 12-episode histories: keep them whole
+    "sweep.num_assignments": 8,
+    "sweep.max_replicas": 8,
+    "sweep.space": vmappable_space(table2_space(ngram=True)),
+})
+
+
 def presets() -> dict:
     out = {
         "ad": dict(AD_BASELINE),
@@ -70,6 +85,8 @@ def presets() -> dict:
         "quick_ad": dict(QUICK, **{"model.ngram_positions": (), "sweep.space": quick_space(False)}),
         "quick_narrow": dict(QUICK_NARROW),
         "quick_narrow_ad": dict(QUICK_NARROW, **{"model.ngram_positions": ()}),
+        "quick_oracle": dict(QUICK_ORACLE),
+        "quick_oracle_ad": dict(QUICK_ORACLE, **{"model.ngram_positions": ()}),
     }
     for goals in (10, 20, 40, 60):
         setting = {"data.num_train_tasks": goals, "data.num_test_tasks": 80 - goals,
