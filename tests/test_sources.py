@@ -8,7 +8,7 @@ import pytest
 import envs
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.metrics import episode_returns, episode_returns_ragged
-from icrl_jax.data.sources import (episode_replay, linucb, noisy_oracle, q_learning,
+from icrl_jax.data.sources import (episode_replay, grid_explorer, linucb, noisy_oracle, q_learning,
                                    sample_beta, thompson_sampling, uniform_random)
 
 
@@ -209,3 +209,32 @@ def test_pick_available_matches_uniform_pick():
     available, count = available_actions(mask)
     for u in np.linspace(0.0, 0.999, 37):
         assert int(pick_available(u, available, count)) == int(uniform_pick(u, mask))
+
+
+def test_grid_explorer_searches_once_then_walks_straight_to_key_and_door():
+    """Without noise, on a 3x3 Key-to-Door (key in cell 8, door in cell 0): the first episode
+    searches the grid, and every later one takes the shortest path, max(1, |start - key|) +
+    |key - door| steps (a start on the key still costs a noop to pick it up)."""
+    env = envs.make("key_to_door", size=3, episode_length=20)
+    params = jax.tree.map(lambda x: x[None], env.params_for(8, 0))
+    h = generate_histories(env, grid_explorer(env, eps=0.0), params, 200, jax.random.PRNGKey(4))
+    obs, dones = np.asarray(h.observations[0]), np.asarray(h.dones[0])
+    returns = episode_returns_ragged(np.asarray(h.rewards), np.asarray(h.dones))[0]
+    ends = np.flatnonzero(dones)
+    starts = np.r_[0, ends[:-1] + 1]
+    assert returns[0] == 2.0 and ends[0] + 1 > 4 + 4  # found both, by searching
+    for begin, end in zip(starts[1:], ends[1:]):
+        row, col = divmod(int(obs[begin]), 3)
+        to_key = max(1, abs(row - 2) + abs(col - 2))
+        assert end - begin + 1 == to_key + 4
+    assert len(ends) > 10 and (np.asarray(returns) == 2.0).all()
+
+
+def test_grid_explorer_learns_dark_room_in_context_and_needs_a_grid():
+    env = envs.make("darkroom")
+    h = generate_histories(env, grid_explorer(env), env.task_params(np.arange(40)), 250,
+                           jax.random.PRNGKey(0))
+    returns = np.asarray(episode_returns(h.rewards, h.dones, 5))  # (tasks, 5 episodes)
+    assert returns[:, 0].mean() < 0.6 * returns[:, -1].mean()
+    with pytest.raises(ValueError, match="grid_explorer needs"):
+        grid_explorer(envs.make("bernoulli_bandit"))

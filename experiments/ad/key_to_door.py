@@ -16,7 +16,23 @@ PRESETS = {
         "data.histories_per_task": 2,
         "eval.num_envs_per_task": 2,
     }),
+    # Issue 19 part 3 at CPU scale: the paper's 100 training goals (8 histories each) and 100
+    # held-out ones, histories of the grid explorer (it searches, then walks straight to what it
+    # found: its improvement comes from its context alone), the main job's n-gram layer and
+    # temperature; `quick_explorer_ad` is plain AD on the same data and budget.
+    "quick_explorer": quick_oracle_preset(**{
+        "data.source": "grid_explorer",
+        "data.source_kwargs": {"eps": 0.1},
+        "data.num_train_tasks": 100,
+        "data.num_test_tasks": 100,
+        "data.histories_per_task": 8,
+        "eval.num_envs_per_task": 2,
+        "model.ngram_positions": (1,),
+        "model.ngram_latest": True,
+        "eval.temperature": 0.7,
+    }),
 }
+PRESETS["quick_explorer_ad"] = dict(PRESETS["quick_explorer"], **{"model.ngram_positions": ()})
 
 
 def get_config(preset: str = ""):

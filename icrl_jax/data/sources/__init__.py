@@ -75,6 +75,7 @@ class ParamSource(NamedTuple):
 
 
 from icrl_jax.data.sources.episode_replay import episode_replay  # noqa: E402
+from icrl_jax.data.sources.grid_explorer import grid_explorer  # noqa: E402
 from icrl_jax.data.sources.linucb import linucb  # noqa: E402
 from icrl_jax.data.sources.noisy_oracle import grid_oracle_action, noisy_oracle  # noqa: E402
 from icrl_jax.data.sources.noisy_rational import noisy_rational  # noqa: E402
@@ -102,6 +103,7 @@ SOURCES: dict[str, Callable[..., Source]] = {
         env, num_episodes=num_steps // env.episode_length, **kw),
     "noisy_oracle": lambda env, num_steps, kw: noisy_oracle(env, num_steps=num_steps, **kw),
     "episode_replay": lambda env, num_steps, kw: episode_replay(env, num_steps=num_steps, **kw),
+    "grid_explorer": lambda env, num_steps, kw: grid_explorer(env, **kw),
     "uniform_random": lambda env, num_steps, kw: uniform_random(
         **kw, action_dim=env.action_dim if env.continuous_actions else 0),
     "noisy_expert": lambda env, num_steps, kw: _noisy_expert(env, num_steps, **kw),
@@ -126,5 +128,5 @@ def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
 
 
 __all__ = ["SOURCES", "build_source", "Source", "ParamSource", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
-           "q_learning", "noisy_oracle", "episode_replay", "grid_oracle_action", "uniform_random",
+           "q_learning", "noisy_oracle", "episode_replay", "grid_explorer", "grid_oracle_action", "uniform_random",
            "masked_uniform_action", "waypoint_controller", "train_ppo", "ppo_policy", "ppo_source"]
