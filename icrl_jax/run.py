@@ -388,8 +388,12 @@ def run(config, command: str):
     if command in COMMANDS and (command == "pretrain-lm") != (config.get("lm") is not None):
         raise UserError("pretrain-lm takes a language-model config (with an `lm` section, e.g. "
                         "experiments/gpt_dtma/lm.py), and only it takes one")
-    if command == "generate":
-        return generate(config, build_env(config), force=True)
+    if command == "generate":  # with several processes: each its share, or process 0 all
+        env = build_env(config)
+        rows = process_share(config, env)
+        if rows is None and not is_main_process():
+            return None
+        return generate(config, env, force=True, rows=rows)
     if command == "train":
         return train(config)
     if command == "evaluate":
