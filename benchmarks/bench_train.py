@@ -205,6 +205,33 @@ def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
                        int(config.d_model))
 
 
+def measure_headless_paper(batch: int, calls: int, precision="fp32"):
+    """Headless-AD at the paper's bandit scale (Table 3: 4 layers, d 512, 64 heads, rotary, a
+    300-step context) on Thompson-sampling histories of 64 bandits with 4-20 arms, one optimiser
+    step per jitted call (a step takes seconds on a CPU)."""
+    from experiments.headless_ad.bernoulli_bandit import get_config
+    from icrl_jax import run as R
+    from icrl_jax.config import finalize
+    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.sources import build_source
+    from icrl_jax.methods import build_method
+
+    config = get_config("")
+    config.data.num_train_tasks = 64
+    config.train.update(dict(batch_size=batch, steps_per_call=1, compute_dtype=precision))
+    config = finalize(config)
+    env = R.build_env(config)
+    method = build_method(config, env)
+    steps = int(config.train.seq_len)
+    history = generate_histories(env, build_source("thompson_sampling", env, steps, {}),
+                                 env.task_params(np.arange(64)), steps, jax.random.PRNGKey(0))
+    train_data = method.training_data(history, config, env)
+    optimizer = make_optimizer(config.train)
+    seconds, state = _time_calls(lambda _: (method, optimizer), train_data, config.train, calls)
+    return _throughput(seconds, state, 1, batch, steps, int(config.model.num_layers),
+                       int(config.model.d_model))
+
+
 def _row(name, shape, batch, params, r, peak) -> str:
     mfu = f"{100 * r['model_flops_per_s'] / peak:.0f}%" if peak else "n/a (no known peak)"
     return (f"| {name} | {shape} | {batch} | {params} | {r['tokens_per_s']:,.0f} "
@@ -223,7 +250,11 @@ def main():
     parser.add_argument("--device", choices=("cpu", "gpu", "tpu"),
                         help="the JAX platform to measure (default: JAX's default)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--headless-paper", action="store_true",
+                        help="only Headless-AD at the paper's bandit scale, batch 4 and 32")
     args = parser.parse_args()
+    if args.headless_paper:
+        return headless_paper(args)
     device = jax.devices()[0]
     kind = device.device_kind
     peaks = PEAK_BF16 if args.precision == "bf16" else PEAK_TF32
@@ -283,6 +314,40 @@ def main():
     print(section)
     if args.write:
         write_section(HEADING, section)
+
+
+HEADLESS_HEADING = "## Headless-AD at the paper's bandit scale (steps/s)"
+
+
+def headless_paper(args) -> None:
+    """Steps/s of the paper-scale Headless-AD bandit model at batch 4 and 32 (to compare with
+    the PyTorch reference on the same machine), in its own RESULTS.md section."""
+    device = jax.devices()[0]
+    peak = matmul_peak() if device.platform == "cpu" else None
+    rows = []
+    for batch in (4, 32):
+        r = measure_headless_paper(batch, 2, args.precision)
+        mfu = f"{100 * r['model_flops_per_s'] / peak:.0f}%" if peak else "n/a"
+        rows.append(f"| {batch} | {r['steps_per_s']:.3f} | {1 / r['steps_per_s']:.2f} | "
+                    f"{r['tokens_per_s']:,.0f} | {r['params']:,} | {mfu} |")
+        print(rows[-1], flush=True)
+    section = "\n".join([
+        HEADLESS_HEADING, "",
+        f"Device: {device.platform} `{device.device_kind}` x{jax.device_count()}, "
+        f"{os.cpu_count()} cores. Command: `python benchmarks/bench_train.py --headless-paper "
+        f"--write`. `experiments/headless_ad/bernoulli_bandit.py` at paper scale (4 layers, d 512, "
+        f"64 heads, rotary, context 300 steps), {args.precision}, one optimiser step per jitted "
+        f"call, 2 timed calls after the compiling one. Tokens count one per context step (the "
+        f"action-set prompt is not counted); MFU against "
+        + (f"a 4096x4096 float32 matmul measured here ({peak / 1e9:.1f} GFLOP/s)" if peak
+           else "no known peak") + f". Load average when it finished: {os.getloadavg()[0]:.1f}.",
+        "",
+        "| batch | steps/s | s/step | tokens/s | params | MFU |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *rows, ""])
+    print(section)
+    if args.write:
+        write_section(HEADLESS_HEADING, section)
 
 
 if __name__ == "__main__":
