@@ -68,9 +68,10 @@ def process_share(config, env) -> Rows | None:
     indices = None if total is None else T.process_rows(total)
     if indices is None:
         return None
-    return Rows([int(i) for i in indices],
-                f"{indices[0]}-{indices[-1] + 1}-of-{total}" if len(indices) == indices[-1]
-                - indices[0] + 1 else f"process-{jax.process_index()}-of-{jax.process_count()}")
+    contiguous = len(indices) == indices[-1] - indices[0] + 1
+    label = (f"{indices[0]}-{indices[-1] + 1}-of-{total}" if contiguous
+             else f"process-{jax.process_index()}-of-{jax.process_count()}")
+    return Rows([int(i) for i in indices], label, total)
 
 
 def dataset_of(config, env, rows: Rows | None = None):
@@ -118,7 +119,7 @@ def training_data_of(config, env, method):
     if rows is not None:
         data = method.training_data(dataset_of(config, env, rows), config, env)
         if _same_shapes_across_processes(data.arrays):
-            return dataclasses.replace(data, num_rows=num_rows(config, env))
+            return dataclasses.replace(data, num_rows=rows.total)
     return method.training_data(dataset_of(config, env), config, env)
 
 

@@ -452,11 +452,12 @@ def share_dataset(config, env, derived) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Rows:
-    """Some rows of a dataset that can be made in parts (`num_rows`): `indices` in increasing
-    order, `label` naming the part in its file name (e.g. "0-32")."""
+    """Some rows of a dataset of `total` rows that can be made in parts (`num_rows`): `indices`
+    in increasing order, `label` naming the part in its file name (e.g. "0-32-of-64")."""
 
     indices: list[int]
     label: str
+    total: int
 
 
 def num_rows(config, env) -> int | None:
@@ -484,11 +485,9 @@ def open_dataset(config, env, rows: Rows | None = None):
     `run.generate` is off)."""
     builder = builder_of(config)
     path = builder.path(config, env, *_args(rows))
-    if not builder.exists(path, env, *_args(rows)):
-        if not config.run.generate:
-            raise UserError(f"no dataset at {path} and run.generate=False")
-        builder.build(config, env, path, *_args(rows))
-    return builder.open(config, env, path)
+    if not config.run.generate and not builder.exists(path, env, *_args(rows)):
+        raise UserError(f"no dataset at {path} and run.generate=False")
+    return builder.open(config, env, generate(config, env, rows=rows))
 
 
 def dataset_returns(dataset) -> np.ndarray | None:

@@ -207,8 +207,7 @@ class PrefetchLoader:
         self.seed = seed if shard[1] == 1 else (seed, *shard)
         self.rng = np.random.default_rng(self.seed)
         self.next_batch = start_batch
-        self.sample_kwargs = dict(sample_kwargs or {}, **({"shard": tuple(shard)}
-                                                          if shard[1] > 1 else {}))
+        self.sample_kwargs = dict(sample_kwargs or {}, shard=tuple(shard))
         self.sharding, self.device_put = sharding, device_put
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
         self._stop = threading.Event()
@@ -270,7 +269,7 @@ def example_step_windows(store: PixelStore, num_actions: int, seq_len: int, batc
         raise ValueError(f"AD windows need scalar actions; the store has action shape "
                          f"{store.meta['action_shape']}")
     sample = store.sample(np.random.default_rng(0), batch, seq_len, previous_fill=num_actions,
-                          **({"shard": tuple(shard)} if shard[1] > 1 else {}))
+                          shard=tuple(shard))
     return _as_step_windows(sample, num_actions)
 
 
