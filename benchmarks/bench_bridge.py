@@ -5,6 +5,13 @@ vs stepping the same `HostVectorEnv` from a plain Python loop with random action
 
 Prints a markdown table (the "## Host-simulator bridge" section of benchmarks/RESULTS.md).
 The policy is uniform random in both cases; the first (compiling) rollout is not timed.
+
+    python -m benchmarks.bench_bridge --pools [--tasks 24] [--workers 8] [--steps 400]
+
+Dataset generation on more tasks than workers (the Miniworld dark room, the noisy oracle): a fresh
+pool (and a fresh compile) per group of `workers` tasks, as the driver did before, vs the driver
+now (`run_policies`: one pool whose workers are given each group's tasks, one compiled rollout).
+Both make the same data (checked), and run in turns, twice each, in one process.
 """
 
 from __future__ import annotations
@@ -47,12 +54,58 @@ def bench(sim: str, n: int, steps: int) -> tuple[float, float]:
     return bridge, loop
 
 
+def generate_fresh_pools(env, policy, tasks, workers, steps, key):
+    """The driver before pools were reused: a new pool, and so a new compile, per group."""
+    parts = []
+    for group, start in enumerate(range(0, len(tasks), workers)):
+        pool = env.make_bridge(tasks[start:start + workers])
+        try:
+            parts.append(jax.device_get(host_rollout(pool, policy, steps,
+                                                     jax.random.fold_in(key, group), seed=group)))
+        finally:
+            pool.close()
+    return {k: np.concatenate([p[k] for p in parts]) for k in ("actions", "rewards")}
+
+
+def bench_pools(num_tasks: int, workers: int, steps: int) -> None:
+    import envs
+    from icrl_jax.data.rollout import run_policies
+    env = envs.make("miniworld_darkroom")
+    tasks = env.tasks()[:num_tasks]
+    policy = env.oracle(steps)
+    key = jax.random.PRNGKey(0)
+    print(f"cpu cores: {os.cpu_count()}; Miniworld dark room, noisy oracle, {num_tasks} tasks x "
+          f"{steps} steps, {workers} workers\n")
+    print("| driver | round | seconds | frames/s |")
+    print("| --- | ---: | ---: | ---: |")
+    times: dict[str, list[float]] = {"fresh pool per group": [], "one pool, envs rebuilt": []}
+    for round_ in (1, 2):
+        t = time.perf_counter()
+        fresh = generate_fresh_pools(env, policy, tasks, workers, steps, key)
+        times["fresh pool per group"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        reused = run_policies(env, {"oracle": policy}, tasks, steps, key, workers=workers)["oracle"]
+        times["one pool, envs rebuilt"].append(time.perf_counter() - t)
+        for k in ("actions", "rewards"):
+            np.testing.assert_array_equal(fresh[k], reused[k])  # the same data either way
+        for name, ts in times.items():
+            print(f"| {name} | {round_} | {ts[-1]:.1f} | {num_tasks * steps / ts[-1]:,.0f} |",
+                  flush=True)
+    fresh_s, reused_s = (sum(ts) for ts in times.values())
+    print(f"\nfresh / reused time: {fresh_s / reused_s:.2f}x")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--sims", nargs="+", default=["vizdoom", "miniworld"])
     ap.add_argument("--envs", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--pools", action="store_true", help="pool reuse across task groups")
+    ap.add_argument("--tasks", type=int, default=24)
+    ap.add_argument("--workers", type=int, default=8)
     args = ap.parse_args(argv)
+    if args.pools:
+        return bench_pools(args.tasks, args.workers, args.steps)
     print(f"cpu cores: {os.cpu_count()}, steps per rollout: {args.steps}\n")
     print("| simulator | envs | bridge steps/s | plain loop steps/s | loop / bridge |")
     print("| --- | ---: | ---: | ---: | ---: |")

@@ -119,6 +119,39 @@ def test_failed_worker_names_env_worker_step_and_keeps_record(miniworld_pool, si
     np.testing.assert_array_equal(np.asarray(out["observations"]), obs)
 
 
+def test_rebuilt_workers_roll_out_as_a_fresh_pool_does():
+    """`set_envs` gives a running pool other tasks (same size, then fewer workers): each rollout
+    equals stepping those envs directly, and a policy's compiled rollout is reused while the
+    pool keeps its size. Envs with other spaces are refused with the worker named."""
+    import gymnasium as gym
+    from envs.host.bridge import HostVectorEnv
+    pool = HostVectorEnv(MINIWORLD_FNS, timeout_s=60)
+    try:
+        policy = RandomPolicy(pool.single_action_space)
+        host_rollout(pool, policy, 60, jax.random.PRNGKey(0), seed=1)
+        workers = list(pool.processes)
+        for fns in ([functools.partial(mw.make_darkroom, 70, 50),
+                     functools.partial(mw.make_key_to_door, 5, 9, 100)],
+                    [functools.partial(mw.make_darkroom, 12, 50)]):
+            pool.set_envs(fns)
+            assert pool.processes == workers[:len(fns)]  # no new processes
+            assert pool.observation_space.shape == (len(fns), 64, 64, 3)
+            out = host_rollout(pool, policy, 60, jax.random.PRNGKey(3), seed=4)
+            obs, rewards, dones = direct_rollout(fns, 4, np.asarray(out["actions"]))
+            np.testing.assert_array_equal(np.asarray(out["observations"]), obs)
+            np.testing.assert_array_equal(np.asarray(out["rewards"]), rewards)
+            np.testing.assert_array_equal(np.asarray(out["dones"]), dones)
+        # one compiled rollout per pool size: 2 workers (twice), then 1
+        assert len(pool._rollout_cache) == 2
+        assert not workers[1].is_alive()  # the dropped worker ended
+        with pytest.raises(HostEnvError, match=r"worker 0.*differ from the pool"):
+            pool.set_envs([functools.partial(gym.make, "CartPole-v1")])
+        with pytest.raises(ValueError, match="1 to"):
+            HostVectorEnv.set_envs(pool, [])
+    finally:
+        pool.close()
+
+
 def test_miniworld_task_split_is_disjoint():
     import envs
     train, test = envs.make("miniworld_darkroom").task_split(50, 20, seed=0)

@@ -77,13 +77,17 @@ def _describe(fn) -> str:
     return getattr(fn, "__qualname__", repr(fn))
 
 
+def _spec(index: int, env: gym.Env) -> tuple:
+    """What a worker reports about its env: (obs space, action space, privileged size, name)."""
+    return (env.observation_space, env.action_space, privileged(env).shape[0],
+            getattr(env.unwrapped, "env_name", type(env.unwrapped).__name__) + f"[{index}]")
+
+
 def _worker(index: int, env_fn: Callable[[], gym.Env], conn) -> None:
     """Worker loop: owns one env; answers (status, payload) to each command."""
     try:
         env = env_fn()
-        spec = (env.observation_space, env.action_space, privileged(env).shape[0],
-                getattr(env.unwrapped, "env_name", type(env.unwrapped).__name__) + f"[{index}]")
-        conn.send(("ok", spec))
+        conn.send(("ok", _spec(index, env)))
         while True:
             cmd, arg = conn.recv()
             if cmd == "reset":
@@ -94,6 +98,10 @@ def _worker(index: int, env_fn: Callable[[], gym.Env], conn) -> None:
                 if term or trunc:  # SAME_STEP autoreset: the task stays, the episode restarts
                     obs, _ = env.reset()
                 conn.send(("ok", (obs, float(reward), bool(term), bool(trunc), privileged(env))))
+            elif cmd == "rebuild":  # a new task in the running process (see `set_envs`)
+                env.close()
+                env = arg()
+                conn.send(("ok", _spec(index, env)))
             elif cmd == "close":
                 env.close()
                 conn.send(("ok", None))
@@ -154,17 +162,50 @@ class HostVectorEnv(gym.vector.VectorEnv):
         self.broken: HostEnvError | None = None
         self.step_count = -1
         self._clear_record()
-        specs = self._gather(range(self.num_envs), self.start_timeout_s, "start")
-        obs_space, act_space, priv_size, _ = specs[0]
+        self._adopt_specs(self._gather(range(self.num_envs), self.start_timeout_s, "start"),
+                          first=True)
+
+    def _adopt_specs(self, specs: list[tuple], first: bool) -> None:
+        """Take the workers' reported spaces (all alike; after a rebuild, alike the pool's)."""
+        spaces = (specs[0][:3] if first else (self.single_observation_space,
+                                              self.single_action_space, self.privileged_size))
         self.env_names = [s[3] for s in specs]
         for i, s in enumerate(specs):
-            if s[0] != obs_space or s[1] != act_space or s[2] != priv_size:
-                self._fail(i, "error", f"its spaces {s[:3]} differ from worker 0's "
-                                       f"{(obs_space, act_space, priv_size)}")
-        self.single_observation_space, self.single_action_space = obs_space, act_space
-        self.observation_space = batch_space(obs_space, self.num_envs)
-        self.action_space = batch_space(act_space, self.num_envs)
-        self.privileged_size = int(priv_size)
+            if s[0] != spaces[0] or s[1] != spaces[1] or s[2] != spaces[2]:
+                self._fail(i, "error", f"its spaces {s[:3]} differ from "
+                                       f"{'worker 0' if first else 'the pool'}'s {spaces}")
+        self.single_observation_space, self.single_action_space = spaces[0], spaces[1]
+        self.observation_space = batch_space(spaces[0], self.num_envs)
+        self.action_space = batch_space(spaces[1], self.num_envs)
+        self.privileged_size = int(spaces[2])
+
+    def set_envs(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
+        """Give the running workers new envs (e.g. the next tasks) without new processes.
+
+        Worker i closes its env and builds `env_fns[i]` in place; workers beyond
+        `len(env_fns)` are closed. A pool start spawns processes that import the simulator and
+        boot its renderer (tens of seconds under load); a rebuild skips that, and rollouts
+        compiled for this pool stay valid while the pool keeps its size. The new envs must have
+        the pool's spaces. Call `reset` before stepping again.
+        """
+        env_fns = list(env_fns)
+        if not 1 <= len(env_fns) <= self.num_envs:
+            raise ValueError(f"set_envs takes 1 to {self.num_envs} constructors (the pool's "
+                             f"workers), got {len(env_fns)}")
+        extra = range(len(env_fns), self.num_envs)
+        self._send_all("close", [None] * len(extra), extra)  # shrink first: these end cleanly
+        self._gather(extra, 10.0, "close")
+        for i in extra:
+            self.processes[i].join(timeout=5)
+            self._conns[i].close()
+        self.processes, self._conns = self.processes[:len(env_fns)], self._conns[:len(env_fns)]
+        self.env_fns, self.num_envs = env_fns, len(env_fns)
+        self.env_names = [_describe(fn) for fn in env_fns]  # until workers report names
+        self.step_count = -1
+        self._clear_record()
+        self._send_all("rebuild", env_fns)
+        self._adopt_specs(self._gather(range(self.num_envs), self.start_timeout_s, "rebuild"),
+                          first=False)
 
     def restart(self) -> None:
         """Kill every worker and start a fresh pool (call `reset` before stepping again)."""
@@ -232,15 +273,18 @@ class HostVectorEnv(gym.vector.VectorEnv):
             out.append(payload)
         return out
 
-    def _send_all(self, cmd: str, args: Sequence[Any]) -> None:
+    def _send_all(self, cmd: str, args: Sequence[Any], workers: Sequence[int] | None = None
+                  ) -> None:
+        """Send `(cmd, args[k])` to worker `workers[k]` (default: every worker)."""
         if self.broken is not None:
             raise HostEnvError(f"the pool is broken ({self.broken}); call restart() first",
                                env_name=self.broken.env_name, worker=self.broken.worker,
                                step=self.broken.step, reason=self.broken.reason,
                                recorded=self.broken.recorded)
-        for i, (conn, arg) in enumerate(zip(self._conns, args)):
+        workers = range(self.num_envs) if workers is None else workers
+        for i, arg in zip(workers, args):
             try:
-                conn.send((cmd, arg))
+                self._conns[i].send((cmd, arg))
             except (BrokenPipeError, OSError):
                 self._fail(i, "died", f"pipe closed when sending {cmd}")
 
@@ -388,10 +432,14 @@ def host_rollout(bridge: HostVectorEnv, policy: HostPolicy, num_steps: int, key:
     """
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    # One compiled rollout per (policy, length, pool size): a pool whose workers were given new
+    # tasks (`set_envs`) reuses it. The entry holds the policy, so its id cannot be reused.
     cache = bridge.__dict__.setdefault("_rollout_cache", {})
-    fn = cache.get((id(policy), num_steps))
-    if fn is None:
-        fn = cache[(id(policy), num_steps)] = _build_rollout(bridge, policy, int(num_steps))
+    entry = cache.get((id(policy), num_steps, bridge.num_envs))
+    if entry is None:
+        entry = cache[(id(policy), num_steps, bridge.num_envs)] = (
+            policy, _build_rollout(bridge, policy, int(num_steps)))
+    fn = entry[1]
     try:
         out, state = jax.block_until_ready(fn(key, jnp.uint32(seed)))
         return (out, state) if return_state else out

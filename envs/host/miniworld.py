@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs.host.bridge import HostStep, HostVectorEnv
+from envs.host.bridge import HostStep
 
 ROOM = 9  # cells per side; cell (row, col) spans x in [col, col+1], z in [row, row+1]
 FORWARD, TURN_LEFT, TURN_RIGHT = 0, 1, 2
@@ -162,16 +162,15 @@ def key_door_pairs() -> np.ndarray:
     return np.array([(k, d) for k in range(NUM_CELLS) for d in range(NUM_CELLS) if k != d], np.int32)
 
 
-def darkroom_bridge(goals, episode_length: int = 50, **kwargs) -> HostVectorEnv:
-    """A `HostVectorEnv` with one dark room per goal cell."""
-    return HostVectorEnv([functools.partial(make_darkroom, int(g), episode_length) for g in goals],
-                         **kwargs)
+def darkroom_env_fns(goals, episode_length: int = 50) -> list:
+    """Picklable constructors of one dark room per goal cell (the rows of a `HostVectorEnv`)."""
+    return [functools.partial(make_darkroom, int(g), episode_length) for g in goals]
 
 
-def key_to_door_bridge(pairs, episode_length: int = 100, **kwargs) -> HostVectorEnv:
-    """A `HostVectorEnv` with one key-to-door per (key, door) row of `pairs`."""
-    return HostVectorEnv([functools.partial(make_key_to_door, int(k), int(d), episode_length)
-                          for k, d in np.asarray(pairs)], **kwargs)
+def key_to_door_env_fns(pairs, episode_length: int = 100) -> list:
+    """Picklable constructors of one key-to-door per (key, door) row of `pairs`."""
+    return [functools.partial(make_key_to_door, int(k), int(d), episode_length)
+            for k, d in np.asarray(pairs)]
 
 
 def oracle_action(priv: jax.Array) -> jax.Array:

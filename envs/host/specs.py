@@ -3,7 +3,7 @@ factory and a privileged oracle.
 
 A `HostEnv` is what `envs.make(name)` returns for a simulator behind the bridge (`host = True`):
 shared code reads its attributes as it reads a JAX env's, and runs policies on it through
-`make_bridge(tasks)` (one simulator process per row of `tasks`). The simulator modules are
+`make_bridge(tasks)` (one simulator process per row of `tasks`, built by `env_fns(tasks)`). The simulator modules are
 imported only when a bridge or an oracle is built (they pull in heavy native dependencies).
 """
 
@@ -51,8 +51,14 @@ class HostEnv(EnvSpec, abc.ABC):
         return tasks[order[:num_train]], tasks[order[num_train:num_train + num_test]]
 
     @abc.abstractmethod
+    def env_fns(self, tasks: np.ndarray) -> list:
+        """Picklable constructors of one simulator per row of `tasks`."""
+
     def make_bridge(self, tasks: np.ndarray):
-        """A `HostVectorEnv` with one simulator per row of `tasks`."""
+        """A `HostVectorEnv` with one simulator per row of `tasks` (`set_envs(env_fns(rows))`
+        gives its workers other rows without new processes)."""
+        from envs.host.bridge import HostVectorEnv
+        return HostVectorEnv(self.env_fns(tasks), record=False)
 
     @abc.abstractmethod
     def oracle(self, num_steps: int, **kwargs):
@@ -84,10 +90,10 @@ class MiniworldRoom(HostEnv):
     def num_tasks(self) -> int:
         return len(self.tasks())
 
-    def make_bridge(self, tasks: np.ndarray):
+    def env_fns(self, tasks: np.ndarray) -> list:
         from envs.host import miniworld as mw
-        make = mw.darkroom_bridge if self.layout == "darkroom" else mw.key_to_door_bridge
-        return make(tasks, self.episode_length, record=False)
+        make = mw.darkroom_env_fns if self.layout == "darkroom" else mw.key_to_door_env_fns
+        return make(tasks, self.episode_length)
 
     def oracle(self, num_steps: int, **kwargs):
         from envs.host import miniworld as mw
@@ -126,9 +132,9 @@ class ViZDoom(HostEnv):
     def tasks(self) -> np.ndarray:
         return np.zeros(1, np.int32)
 
-    def make_bridge(self, tasks: np.ndarray):
+    def env_fns(self, tasks: np.ndarray) -> list:
         from envs.host import vizdoom as vd
-        return vd.doom_bridge(self.scenario, len(tasks), record=False)
+        return vd.doom_env_fns(self.scenario, len(tasks))
 
     def oracle(self, num_steps: int, noise: float = 0.0, **kwargs):
         from envs.host import vizdoom as vd

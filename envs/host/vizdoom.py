@@ -195,9 +195,14 @@ def make_doom(scenario: str) -> gym.Env:
     return DoomEnv(scenario)
 
 
+def doom_env_fns(scenario: str, num_envs: int) -> list:
+    """Picklable constructors of `num_envs` copies of a scenario (seeded apart by reset)."""
+    return [functools.partial(make_doom, scenario)] * num_envs
+
+
 def doom_bridge(scenario: str, num_envs: int, **kwargs) -> HostVectorEnv:
     """A `HostVectorEnv` of `num_envs` copies of a scenario (seeded apart by `reset(seed)`)."""
-    return HostVectorEnv([functools.partial(make_doom, scenario)] * num_envs, **kwargs)
+    return HostVectorEnv(doom_env_fns(scenario, num_envs), **kwargs)
 
 
 class DoomExpert:

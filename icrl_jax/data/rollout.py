@@ -125,14 +125,20 @@ def _run_on_host(env, policies, tasks, num_steps, key, seed, workers, show_progr
     if workers < 1:
         raise ValueError(f"env.num_workers must be >= 1, got {workers}")
     parts: dict[str, list] = {name: [] for name in policies}
+    # Built once: each policy's rollout is compiled once and reused by every group.
+    host_policies = {name: _as_host_policy(policy, env) for name, policy in policies.items()}
     bar = progress(total=len(tasks), desc=f"rollouts: {len(policies)} policies on {len(tasks)} "
                    f"envs x {num_steps} steps", disable=not show_progress)
-    for group, start in enumerate(range(0, len(tasks), workers)):
-        rows = tasks[start:start + workers]
-        bridge = env.make_bridge(rows)  # a pool start costs seconds: every policy shares it
-        try:
+    bridge = None  # one pool for every group: later groups rebuild the envs in its workers
+    try:
+        for group, start in enumerate(range(0, len(tasks), workers)):
+            rows = tasks[start:start + workers]
+            if bridge is None:
+                bridge = env.make_bridge(rows)
+            else:
+                bridge.set_envs(env.env_fns(rows))
             for name, policy in policies.items():
-                out, state = host_rollout(bridge, _as_host_policy(policy, env), num_steps,
+                out, state = host_rollout(bridge, host_policies[name], num_steps,
                                           jax.random.fold_in(key, group),
                                           seed=seed * 100_003 + group, return_state=True)
                 out = jax.device_get(out)
@@ -142,9 +148,10 @@ def _run_on_host(env, policies, tasks, num_steps, key, seed, workers, show_progr
                 if isinstance(policy, (Source, ParamSource)):
                     out["policy_state"] = state[0]
                 parts[name].append(out)
-        finally:
+            bar.update(len(rows))
+    finally:
+        if bridge is not None:
             bridge.close()
-        bar.update(len(rows))
     bar.close()
     out = {}
     for name, chunks in parts.items():
