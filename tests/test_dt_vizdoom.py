@@ -244,3 +244,26 @@ def test_vizdoom_configs_resolve():
     with pytest.raises(ValueError, match="scenario"):
         V.make_config("dt", "basic")
     assert os.path.exists(os.path.join(os.path.dirname(V.__file__), "mat_deadly_corridor.py"))
+
+
+def test_table2_columns_share_one_dataset_named_by_its_recording(tmp_path):
+    """Table 2's columns are the four methods on one dataset; the dataset folder is named by
+    the recording's parameters, so mixed-quality data never reads the expert's store."""
+    import envs
+    from experiments.dt import table2_my_way_home
+    from icrl_jax.column_table import column_config
+    from icrl_jax.data.builders import dataset_path
+
+    env = envs.make("vizdoom", scenario="my_way_home")
+    config = table2_my_way_home.get_config("quick_mixed")
+    config.unlock()
+    config.workdir = str(tmp_path)
+    seeds = {name: column_config(config, name, 1) for name in config.columns}
+    assert {s.method for s in seeds.values()} == {"dt", "msat", "mat"}
+    assert seeds["M-SAT-no-PE"].model.timestep_encoding == "none"
+    assert seeds["M-SAT"].model.timestep_encoding == "timestep"
+    assert len({s.data.path for s in seeds.values()}) == 1
+    mixed = dataset_path(config, env)
+    expert = dataset_path(table2_my_way_home.get_config("quick"), env)
+    assert mixed != expert and "noise0.2-1_" in mixed and "noise0.05-0.3_" in expert
+    assert seeds["DT"].data.path == mixed

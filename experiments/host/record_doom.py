@@ -1,7 +1,7 @@
 """Record ViZDoom expert datasets into a pixel store, or import episodes recorded elsewhere.
 
     python -m experiments.host.record_doom record --scenario my_way_home --steps 20000 \
-        --out runs/datasets/vizdoom_my_way_home_quick [--num-envs 8 --noise 0.05 0.3 --seed 0]
+        --out runs/datasets/vizdoom_my_way_home_mine [--num-envs 8 --noise 0.05 0.3 --seed 0]
         [--episodes-out DIR]   # also write the documented episode format (npz per episode)
     python -m experiments.host.record_doom import --episodes DIR --out STORE_DIR
 

@@ -157,11 +157,18 @@ class Histories(Builder):
 
 
 class ViZDoomExpert(Builder):
-    """ViZDoom expert episodes in a pixel trajectory store (`envs/host/vizdoom.py`)."""
+    """ViZDoom expert episodes in a pixel trajectory store (`envs/host/vizdoom.py`).
+
+    The store's folder is named by everything the recording depends on (scenario, steps, envs,
+    noise range, steps per call, seed), so configs that record the same data share it and a
+    changed `data.noise` never reads another recording."""
 
     def path(self, config, env) -> str:
-        return config.data.path or os.path.join(
-            "runs", "datasets", f"vizdoom_{env.scenario}_{config.preset or 'paper'}")
+        data = config.data
+        noise = "-".join(f"{float(x):g}" for x in np.atleast_1d(data.noise))
+        name = (f"vizdoom_{env.scenario}_{int(data.num_steps)}steps_{int(data.num_envs)}envs_"
+                f"noise{noise}_call{int(data.steps_per_call)}_seed{int(config.seed)}")
+        return config.data.path or os.path.join("runs", "datasets", name)
 
     def exists(self, path: str, env) -> bool:
         return os.path.exists(os.path.join(path, "meta.json"))
