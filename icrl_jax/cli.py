@@ -1,7 +1,8 @@
-"""`icrl-jax generate|train|evaluate|report|sweep|pretrain-lm --config experiments/<paper>/<exp>.py[:preset] [--config.x.y=v]`
+"""`icrl-jax generate|train|evaluate|report|sweep|pretrain-lm|pretrain-vq --config experiments/<paper>/<exp>.py[:preset] [--config.x.y=v]`
 
 * generate: learning histories of the configured source algorithm on the training tasks.
-* train: generate (if the dataset is missing), train, then evaluate (unless `--config.run.evaluate=False`).
+* train: generate (if the dataset is missing), pretrain the VQ-VAE (n-gram layers matching VQ codes,
+  if it is missing), train, then evaluate (unless `--config.run.evaluate=False`).
   A run whose work directory already holds checkpoints resumes from the latest one.
 * evaluate: in-context evaluation of the latest checkpoint on held-out tasks.
 * report: with --config, train `config.report.num_seeds` seeds (resuming) and evaluate each on the
@@ -14,6 +15,9 @@
 
 * pretrain-lm: with a language-model config (experiments/gpt_dtma/lm.py), next-byte pretraining
   of a small GPT-2 on text, written in Hugging Face format to `<workdir>/hf/`.
+* pretrain-vq: with a config that has a `vq` section (experiments/miniworld/), the VQ-VAE whose
+  codes the n-gram layers match, pretrained on the frames of the pixel store
+  (`model.vq_checkpoint`, default `<pixel store>/vq/`; icrl_jax/vq_pretrain.py).
 
 Every command with --config runs through `icrl_jax.run` (`resolve_config`, then `run`).
 
@@ -35,7 +39,7 @@ from ml_collections import config_flags
 from icrl_jax.config import check_key
 from icrl_jax.errors import UserError, did_you_mean, unknown_name
 
-COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm")
+COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm", "pretrain-vq")
 USAGE = (f"icrl-jax {{{'|'.join(COMMANDS)}}} --config FILE[:preset] [--config.key=value ...], "
          f"or icrl-jax {{report|sweep}} --runs DIR [--runs DIR ...] --out DIR")
 

@@ -38,8 +38,9 @@ from icrl_jax.logging_utils import MetricsLogger
 from icrl_jax.methods import build_method, method_class
 from icrl_jax.models.pretrained import adopt_pretrained_architecture
 from icrl_jax.plots import plot_curves
+from icrl_jax.vq_pretrain import needs_vq, pretrain_vq, resolve_vq_checkpoint
 
-COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm")
+COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm", "pretrain-vq")
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -51,6 +52,8 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
         adopt_pretrained_architecture(config.model)
     config = finalize(config)
     check_workdir(config)
+    if needs_vq(config):  # after finalize: the default VQ directory is in the dataset's
+        resolve_vq_checkpoint(config, build_env(config))
     os.makedirs(config.workdir, exist_ok=True)
     if is_main_process():
         with open(os.path.join(config.workdir, "config.json"), "w") as f:
@@ -94,10 +97,13 @@ def build_env(config, **overrides):
 
 
 def train(config):
-    """Generate (if needed), train (resuming), then evaluate unless `run.evaluate` is off."""
+    """Generate (if needed), pretrain the VQ-VAE of VQ n-gram ids (if needed), train
+    (resuming), then evaluate unless `run.evaluate` is off."""
     from icrl_jax import train as T
 
     env = build_env(config)
+    if needs_vq(config) and config.get("vq") is not None:
+        pretrain_vq(config, env, dataset_of(config, env))
     method = build_method(config, env)
     data = training_data_of(config, env, method)
     state = T.train(method, data, config.train, config.workdir,
@@ -407,4 +413,7 @@ def run(config, command: str):
     if command == "pretrain-lm":
         from icrl_jax.lm_pretrain import pretrain
         return pretrain(config)
+    if command == "pretrain-vq":
+        env = build_env(config)
+        return pretrain_vq(config, env, dataset_of(config, env))
     raise UserError(f"unknown command {command!r}; one of {' | '.join(COMMANDS)}")

@@ -323,7 +323,8 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
             if step % config.log_every == 0 and logger is not None:
                 means = {k: float(np.mean(v)) for k, v in metrics.items()}
                 logger.write(step, means)
-                bar.set_postfix(loss=f"{means['loss']:.3f}", acc=f"{means['accuracy']:.2f}")
+                bar.set_postfix(loss=f"{means['loss']:.3f}", **(  # not every model has one
+                    {"acc": f"{means['accuracy']:.2f}"} if "accuracy" in means else {}))
             if step % config.checkpoint_every == 0 or step in (config.num_steps, end):
                 checkpointer.save(state)
                 good_step = step

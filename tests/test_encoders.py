@@ -49,7 +49,7 @@ def test_vq_reconstruction_loss_falls():
     @jax.jit
     def step(params, state):
         def loss_fn(p):
-            return vq_loss(model.apply(p, x), x)
+            return vq_loss(model.apply(p, x))
         (loss, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         updates, state = opt.update(grads, state, params)
         return optax.apply_updates(params, updates), state, parts["recon"]

@@ -273,6 +273,20 @@ def example_step_windows(store: PixelStore, num_actions: int, seq_len: int, batc
     return _as_step_windows(sample, num_actions)
 
 
+def _per_call_loader(store: PixelStore, batch_size: int, seq_len: int, steps_per_call: int,
+                     start_step: int, seed: int, prefetch: int, shard: tuple[int, int],
+                     sharding=None, sample_kwargs: dict | None = None) -> PrefetchLoader:
+    """A `PrefetchLoader` of one jitted call's `steps_per_call * batch_size` windows per item,
+    item i drawn from (seed, i) and the first item the one of train step `start_step`."""
+    if start_step % steps_per_call:
+        raise ValueError(f"start step {start_step} is not a multiple of steps_per_call "
+                         f"{steps_per_call}")
+    return PrefetchLoader(store, steps_per_call * batch_size, seq_len, seed=seed,
+                          prefetch=prefetch, sharding=sharding,
+                          start_batch=start_step // steps_per_call, sample_kwargs=sample_kwargs,
+                          device_put=shard[1] == 1, shard=shard)
+
+
 class StepWindowsLoader:
     """AD `StepWindows` for `icrl_jax.train.train(loader_fn=...)`: each item holds the windows
     of one jitted call, `steps_per_call * batch_size` rows, prefetched to the device.
@@ -285,16 +299,11 @@ class StepWindowsLoader:
     def __init__(self, store: PixelStore, num_actions: int, batch_size: int, seq_len: int,
                  steps_per_call: int, start_step: int = 0, seed: int = 0, prefetch: int = 2,
                  sharding=None, shard: tuple[int, int] = (0, 1)):
-        if start_step % steps_per_call:
-            raise ValueError(f"start step {start_step} is not a multiple of steps_per_call "
-                             f"{steps_per_call}")
         example_step_windows(store, num_actions, seq_len, shard=shard)  # checks the windows
         self.num_actions = num_actions
-        self.loader = PrefetchLoader(store, steps_per_call * batch_size, seq_len, seed=seed,
-                                     prefetch=prefetch, sharding=sharding,
-                                     start_batch=start_step // steps_per_call,
-                                     sample_kwargs={"previous_fill": num_actions},
-                                     device_put=shard[1] == 1, shard=shard)
+        self.loader = _per_call_loader(store, batch_size, seq_len, steps_per_call, start_step,
+                                       seed, prefetch, shard, sharding,
+                                       {"previous_fill": num_actions})
 
     def __iter__(self):
         return self
@@ -303,6 +312,28 @@ class StepWindowsLoader:
         import jax.numpy as jnp
         return _as_step_windows(next(self.loader), self.num_actions,
                                 jnp if self.loader.device_put else np)
+
+    def close(self) -> None:
+        self.loader.close()
+
+
+class FramesLoader:
+    """Single frames for `icrl_jax.train.train(loader_fn=...)` (e.g. pretraining a VQ-VAE):
+    each item is uint8 `(steps_per_call * batch_size, H, W, C)`, frames drawn uniformly over
+    the store's steps (its part `shard`), item i from (seed, i) as in `StepWindowsLoader`, so a
+    run resumed at step s sees the frames an uninterrupted run would."""
+
+    def __init__(self, store: PixelStore, batch_size: int, steps_per_call: int,
+                 start_step: int = 0, seed: int = 0, prefetch: int = 2,
+                 shard: tuple[int, int] = (0, 1)):
+        self.loader = _per_call_loader(store, batch_size, 1, steps_per_call, start_step, seed,
+                                       prefetch, shard)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self.loader)["obs"][:, 0]
 
     def close(self) -> None:
         self.loader.close()

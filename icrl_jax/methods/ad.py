@@ -86,7 +86,8 @@ class AD(InContextMethod):
 
     Args:
       model_config: `d_model`, `label_smoothing`, optionally `ngram_match` (which step ids the
-        n-gram layers match: "transition" or "observation", see `models/ngram.py`), and the
+        n-gram layers match: "transition", "observation", or "vq", the codes of the pretrained
+        VQ-VAE at `vq_checkpoint`; see `models/ngram.py`), and the
         transformer fields of `default_transformer_config()`. Any mapping with attribute access
         works; `label_smoothing` and the dropout rates may be traced arrays (a vmapped sweep).
       num_actions: padded action-set size.
@@ -100,6 +101,14 @@ class AD(InContextMethod):
 
     name = "ad"
     display_name = "AD"
+
+    @classmethod
+    def signature(cls, config, env):
+        """The base signature, plus the fingerprint of n-gram ids built from files (the VQ
+        codes' parameters): a checkpoint trained on other codes is another model."""
+        signature = super().signature(config, env)
+        fingerprint = getattr(config_ngram_ids(config.model), "fingerprint", None)
+        return signature if fingerprint is None else dict(signature, ngram_ids=fingerprint)
 
     @classmethod
     def from_config(cls, config, env, model_config) -> "AD":

@@ -14,7 +14,10 @@ and a query with no match reads nothing (its row is zero).
 
 What counts as a token is pluggable: an id function maps a `StepWindows` to int32 ids `(B, L)` or
 `(B, L, K)`; two steps are equal when all K components are equal (e.g. the 4x4 VQ codes of a pixel
-observation, K = 16, as in the paper's Miniworld experiments). `register_ngram_ids` adds one.
+observation, K = 16, as in the paper's Miniworld experiments). `register_ngram_ids` adds a fixed
+one; `register_ngram_ids_factory` one that is built from the model config (e.g. "vq": the codes
+of the pretrained VQ-VAE at `model.vq_checkpoint`, `encoders.vq_ids_from_config`), so training and
+in-context rollouts get the same function from the config alone.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from typing import Callable, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from icrl_jax.models.encoders import vq_ids_from_config
 
 #: window (a `StepWindows`, or anything with its fields) -> int32 `(B, L)` or `(B, L, K)` ids.
 NGramIds = Callable[..., jax.Array]
@@ -51,16 +56,32 @@ def transition_ids(window) -> jax.Array:
 
 
 NGRAM_IDS: dict[str, NGramIds] = {"transition": transition_ids, "observation": observation_ids}
+#: name -> factory(model_config) -> id function, for ids that need something the config names.
+NGRAM_ID_FACTORIES: dict[str, Callable[..., NGramIds]] = {"vq": vq_ids_from_config}
 
 
 def register_ngram_ids(name: str, fn: NGramIds) -> None:
-    """Make `fn` selectable as `model.ngram_match=name` (e.g. VQ codes of pixel observations)."""
+    """Make `fn` selectable as `model.ngram_match=name`."""
     NGRAM_IDS[name] = fn
 
 
+def register_ngram_ids_factory(name: str, factory: Callable[..., NGramIds]) -> None:
+    """Make `factory(model_config)` build the id function of `model.ngram_match=name`."""
+    NGRAM_ID_FACTORIES[name] = factory
+
+
+def _unknown(name: str) -> ValueError:
+    return ValueError(f"unknown model.ngram_match {name!r}; available: "
+                      f"{sorted(NGRAM_IDS) + sorted(NGRAM_ID_FACTORIES)}")
+
+
 def get_ngram_ids(name: str) -> NGramIds:
+    """The fixed id function `name` (ids built from a model config: `config_ngram_ids`)."""
     if name not in NGRAM_IDS:
-        raise ValueError(f"unknown model.ngram_match {name!r}; available: {sorted(NGRAM_IDS)}")
+        if name in NGRAM_ID_FACTORIES:
+            raise ValueError(f"model.ngram_match {name!r} is built from a model config: use "
+                             "config_ngram_ids(model_config)")
+        raise _unknown(name)
     return NGRAM_IDS[name]
 
 
@@ -69,7 +90,10 @@ def config_ngram_ids(model_config) -> NGramIds | None:
     "transition"); None when it has none (`ngram_positions` empty)."""
     if not model_config.get("ngram_positions"):
         return None
-    return get_ngram_ids(model_config.get("ngram_match", "transition"))
+    name = model_config.get("ngram_match", "transition")
+    if name in NGRAM_ID_FACTORIES:
+        return NGRAM_ID_FACTORIES[name](model_config)
+    return get_ngram_ids(name)
 
 
 def token_equality(ids: jax.Array) -> jax.Array:
@@ -179,6 +203,6 @@ def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
 
 
 __all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids", "register_ngram_ids",
-                          "get_ngram_ids", "config_ngram_ids", "token_equality", "ngram_pattern",
+                          "register_ngram_ids_factory", "get_ngram_ids", "config_ngram_ids", "token_equality", "ngram_pattern",
                           "shuffle_pattern", "ngram_attention", "NGramHead", "NGramLayer",
                           "ngram_weights", "latest_match")
