@@ -125,16 +125,10 @@ def _window(frames: np.ndarray) -> StepWindows:
                        jnp.ones((1, 3), bool))
 
 
-def vq_model_config(vq_dir, **extra) -> ml_collections.ConfigDict:
-    config = base_config().model
-    config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=16,
-                       ngram_positions=(1,), ngram_match="vq", vq_checkpoint=str(vq_dir)))
-    config.observation_encoder = "cnn"
-    config.encoder_channels = (8,)
-    config.encoder_dim = 16
-    config.encoder_pool = 1
-    config.update(extra)
-    return config
+def vq_model_config(vq_dir) -> ml_collections.ConfigDict:
+    """What `config_ngram_ids` reads of a model config with n-gram layers on VQ codes."""
+    return ml_collections.ConfigDict(dict(ngram_positions=(1,), ngram_match="vq",
+                                          vq_checkpoint=str(vq_dir)))
 
 
 def test_vq_ids_match_equal_frames_and_separate_different_ones(pretrained):
