@@ -7,10 +7,11 @@ rolls the policies out on JAX envs or host simulators, and `metrics.summarise` s
 stage names a method or an environment.
 
 `<workdir>/` holds: `config.json` (resolved config), the dataset (`histories.npz` or a pixel
-store, unless `data.path` points elsewhere), `metrics.jsonl` and `tensorboard/` (training and
-evaluation scalars), `checkpoints/` (orbax), `eval.json` and `in_context_curves.png`;
-`icrl-jax report` adds `seed_*/variants.json` and `report/`, `icrl-jax sweep` `results.jsonl`
-and `emp.*`.
+store, unless `data.path` points elsewhere; with n-gram layers on VQ codes, the store's `vq/`
+holds the VQ-VAE that `train` pretrains first, `vq_pretrain.py`), `metrics.jsonl` and
+`tensorboard/` (training and evaluation scalars), `checkpoints/` (orbax), `eval.json` and
+`in_context_curves.png`; `icrl-jax report` adds `seed_*/variants.json` and `report/`,
+`icrl-jax sweep` `results.jsonl` and `emp.*`.
 """
 
 from __future__ import annotations

@@ -136,8 +136,8 @@ def test_vq_ids_match_equal_frames_and_separate_different_ones(pretrained):
     ids_fn = config_ngram_ids(vq_model_config(vq_dir))
     frames = scenes()
     order = np.array([0, 1, 2, 3, 4, 5, 0, 3])
-    noisy = np.clip(frames[1].astype(int) + np.random.default_rng(0).integers(-1, 2, frames[1].shape),
-                    0, 255).astype(np.uint8)
+    noise = np.random.default_rng(0).integers(-1, 2, frames[1].shape)
+    noisy = np.clip(frames[1].astype(int) + noise, 0, 255).astype(np.uint8)
     window = np.concatenate([frames[order], noisy[None]])
     ids = np.asarray(jax.jit(ids_fn)(_window(window)))
     assert ids.shape == (1, 9, 16) and ids.dtype == np.int32

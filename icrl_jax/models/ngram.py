@@ -203,6 +203,6 @@ def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
 
 
 __all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids", "register_ngram_ids",
-                          "register_ngram_ids_factory", "get_ngram_ids", "config_ngram_ids", "token_equality", "ngram_pattern",
-                          "shuffle_pattern", "ngram_attention", "NGramHead", "NGramLayer",
-                          "ngram_weights", "latest_match")
+                          "register_ngram_ids_factory", "get_ngram_ids", "config_ngram_ids",
+                          "token_equality", "ngram_pattern", "shuffle_pattern", "ngram_attention",
+                          "NGramHead", "NGramLayer", "ngram_weights", "latest_match")
