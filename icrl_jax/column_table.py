@@ -83,6 +83,7 @@ def run_columns(config) -> dict[str, str]:
     for skipped in [c for c in config.columns if c not in columns]:
         fields = [f"report.{f}" for _, v in config.columns[skipped] for f in _report_fields(v)]
         print(f"column {skipped} skipped: its model directory is not given ({', '.join(fields)})")
+    curves: dict[str, list[list[float]]] = {}  # column -> per seed, metrics[0] by evaluation
     for column in columns:
         per_seed: dict[str, list] = {m: [] for m in metrics + ["g_markov"]}
         for seed in range(int(config.report.num_seeds)):
@@ -96,9 +97,15 @@ def run_columns(config) -> dict[str, str]:
             for metric in metrics:
                 per_seed[metric].append(result.get(f"{target}_{metric}"))
             per_seed["g_markov"].append(result.get("g_markov"))
+            curves.setdefault(column, []).append(
+                _training_curve(seeded.workdir, f"{target}_{metrics[0]}"))
         rows[column] = {m: _cell(v) for m, v in per_seed.items()}
     table = dict(experiment=config.experiment, target=target,
-                 seeds=int(config.report.num_seeds), rows=rows)
+                 seeds=int(config.report.num_seeds), rows=rows, curves=curves)
+    if any(len(c) > 1 for seeds in curves.values() for c in seeds):
+        _plot_training_curves(curves, os.path.join(config.workdir, "curves.png"),
+                              ylabel=metrics[0], every=int(config.eval.every),
+                              title=f"{config.experiment} ({target})")
     with open(os.path.join(config.workdir, "table.json"), "w") as f:
         json.dump(table, f, indent=1)
     path = os.path.join(config.workdir, "table.md")
@@ -106,6 +113,34 @@ def run_columns(config) -> dict[str, str]:
         f.write(format_table(table, metrics))
     print(format_table(table, metrics))
     return dict(table=path)
+
+
+def _training_curve(workdir: str, key: str) -> list[float]:
+    """`key` of a run's evaluations in training order: those during training (`eval.every`,
+    evals/step_*.json), then the final eval.json (NaN where a file lacks it)."""
+    names = sorted(os.listdir(os.path.join(workdir, "evals"))
+                   ) if os.path.isdir(os.path.join(workdir, "evals")) else []
+    paths = [os.path.join(workdir, "evals", n) for n in names] + [
+        os.path.join(workdir, "eval.json")]
+    values = []
+    for path in paths:
+        with open(path) as f:
+            value = json.load(f).get(key)
+        values.append(float("nan") if value is None else float(value))
+    return values
+
+
+def _plot_training_curves(curves: dict[str, list[list[float]]], path: str, *, ylabel: str,
+                          every: int, title: str) -> str:
+    """The M-SAT paper's Fig. 3: each column's metric after each evaluation during training,
+    mean and standard error over seeds (seeds with fewer evaluations padded with NaN)."""
+    from icrl_jax.plots import plot_curves
+    arrays = {}
+    for column, seeds in curves.items():
+        width = max(len(c) for c in seeds)
+        arrays[column] = np.array([c + [np.nan] * (width - len(c)) for c in seeds])
+    return plot_curves(arrays, path, xlabel=f"evaluation (every {every} updates)",
+                       ylabel=ylabel, title=title)
 
 
 def format_table(table: dict[str, Any], metrics: list[str]) -> str:

@@ -130,6 +130,7 @@ def base_config() -> ml_collections.ConfigDict:
         seed=1,
         tasks="test",  # test | train: which split to evaluate on
         chunk_size=0,  # environments per jitted rollout call (0 = all at once)
+        every=0,  # `train` also evaluates every this many updates (0: only when training ends)
         # Variant scores average the last `final_window` steps (bandits: expected regret) or
         # episodes (episodic tasks: return); 1 = the Headless-AD paper's scores.
         final_window=1,

@@ -107,12 +107,36 @@ def train(config):
         pretrain_vq(config, env, dataset_of(config, env))
     method = build_method(config, env)
     data = training_data_of(config, env, method)
-    state = T.train(method, data, config.train, config.workdir,
-                    method.signature(config, env), seed=config.seed,
-                    show_progress=config.run.progress, log=config.get("log"))
+
+    def fit(stop_at=None):
+        return T.train(method, data, config.train, config.workdir,
+                       method.signature(config, env), seed=config.seed,
+                       show_progress=config.run.progress, stop_at=stop_at, log=config.get("log"))
+
+    every = int(config.eval.every) if config.run.evaluate else 0
+    if every % int(config.train.steps_per_call) or every < 0:
+        raise UserError(f"eval.every={every} must be a multiple of train.steps_per_call="
+                        f"{config.train.steps_per_call} (a training call ends only there)")
+    for step in range(every, int(config.train.num_steps), every) if every > 0 else ():
+        # Evaluations during training (the M-SAT paper's after each epoch): each at its own
+        # checkpoint, kept in evals/; a resumed run skips those done, and those it is past.
+        done = os.path.exists(_eval_path(config, step))
+        if done or (T.latest_checkpoint_step(config.workdir) or 0) > step:
+            continue
+        state = fit(stop_at=step)
+        evaluate(config, params=jax.tree.map(jnp.asarray, state.params), step=step)
+    state = fit()
     if config.run.evaluate:
         return evaluate(config, params=jax.tree.map(jnp.asarray, state.params))
     return None
+
+
+def _eval_path(config, step: int) -> str:
+    """Where the evaluation at training step `step` goes: `eval.json` at the end of training,
+    `evals/step_<step>.json` during it (so a run stopped mid-way never looks finished)."""
+    if step >= int(config.train.num_steps):
+        return os.path.join(config.workdir, "eval.json")
+    return os.path.join(config.workdir, "evals", f"step_{step:08d}.json")
 
 
 def training_data_of(config, env, method):
@@ -201,9 +225,10 @@ def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
     return results, curves, rollouts
 
 
-def evaluate(config, params=None) -> dict[str, Any]:
+def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     """Roll out the trained model on the evaluation tasks next to the baselines; writes
-    `eval.json`, `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
+    `eval.json` (`evals/step_<step>.json` for `params` of an earlier training `step`),
+    `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
     env = build_env(config)
     method = build_method(config, env)
     rows = process_share(config, env)
@@ -239,7 +264,7 @@ def evaluate(config, params=None) -> dict[str, Any]:
         xlabel="step" if bandit else "in-context episode",
         ylabel="cumulative regret" if bandit else "return",
         title=f"{config.experiment}: {config.eval.tasks} tasks")
-    return write_eval_results(config, results)
+    return write_eval_results(config, results, step)
 
 
 def _return_stats(returns: np.ndarray, across_processes: bool) -> dict[str, float]:
@@ -255,14 +280,18 @@ def _return_stats(returns: np.ndarray, across_processes: bool) -> dict[str, floa
     return dict(dataset_return_mean=float(stats[0] / stats[1]), dataset_return_max=float(stats[2]))
 
 
-def write_eval_results(config, results: dict[str, Any]) -> dict[str, Any]:
-    """Store an evaluation: `eval.json`, its float metrics in the run's metric logs (at the
-    final training step), and a printout of its scalars. Returns `results`."""
-    with open(os.path.join(config.workdir, "eval.json"), "w") as f:
-        json.dump(results, f, indent=1)
+def write_eval_results(config, results: dict[str, Any], step: int | None = None
+                       ) -> dict[str, Any]:
+    """Store an evaluation of the parameters at training `step` (default: the final one):
+    `eval.json` (`evals/step_<step>.json` before the end), its float metrics in the run's
+    metric logs at that step, and a printout of its scalars. Returns `results`."""
+    step = int(config.train.num_steps) if step is None else int(step)
+    path = _eval_path(config, step)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(dict(results, step=step), f, indent=1)
     logger = MetricsLogger(config.workdir, "eval")
-    logger.write(int(config.train.num_steps), {k: v for k, v in results.items()
-                                               if isinstance(v, float)})
+    logger.write(step, {k: v for k, v in results.items() if isinstance(v, float)})
     logger.close()
     print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (list, dict))},
                      indent=1))

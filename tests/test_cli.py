@@ -81,3 +81,26 @@ def test_set_dotted_refuses_missing_keys():
         set_dotted(config, "trian.num_steps", 1)
     with pytest.raises(UserError, match="num_stepz"):
         apply_preset(config, {"p": {"train.num_stepz": 1}}, "p")
+
+
+def test_evaluations_during_training_are_kept_per_step_and_not_redone(tmp_path):
+    """`eval.every`: an evaluation at each multiple of it (the M-SAT paper's per-epoch curve)
+    in evals/, logged at its step; the final one is eval.json; a rerun does not redo them."""
+    workdir = tmp_path / "run"
+    args = ["train", "--config", "experiments/ad/darkroom.py:quick", f"--config.workdir={workdir}",
+            *TINY, "--config.train.num_steps=30", "--config.eval.every=10"]
+    run_cli(*args)
+    during = sorted(p.name for p in (workdir / "evals").iterdir())
+    assert during == ["step_00000010.json", "step_00000020.json"]
+    assert json.loads((workdir / "evals" / during[0]).read_text())["step"] == 10
+    assert json.loads((workdir / "eval.json").read_text())["step"] == 30
+
+    def eval_steps():
+        lines = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+        return [l["step"] for l in lines if l["phase"] == "eval"]
+
+    assert eval_steps() == [10, 20, 30]
+    run_cli(*args)  # finished: only the final evaluation runs again
+    assert eval_steps() == [10, 20, 30, 30]
+    out = run_cli(*args[:-1], "--config.eval.every=15", check=False)
+    assert out.returncode == 2 and "multiple of train.steps_per_call=10" in out.stderr

@@ -182,11 +182,15 @@ def test_point_maze_table_end_to_end(tmp_path):
                              checkpoint_every=20, warmup_steps=5))
     config.data.update(dict(num_train_tasks=4, num_test_tasks=2, num_steps=300))
     config.eval.num_steps = 30
+    config.eval.every = 10  # the M-SAT paper's per-epoch curve: one evaluation mid-way
     config.run.progress = False
     report(config)
     with open(tmp_path / "table.json") as f:
         table = json.load(f)
     assert set(table["rows"]) == {"DT", "GPT-DTMA"}
+    assert [len(c) for c in table["curves"]["DT"]] == [2]  # step 10, then the final one
+    assert table["curves"]["DT"][0][1] == table["rows"]["DT"]["episode_length"]["seeds"][0]
+    assert (tmp_path / "curves.png").exists()
     # One dataset for every column and seed, built once in the table's work directory.
     assert (tmp_path / "minari").is_dir()
     assert not any((tmp_path / col / "seed_0" / "minari").exists() for col in ("DT", "GPT-DTMA"))
