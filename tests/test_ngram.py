@@ -8,7 +8,7 @@ import pytest
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.ngram import (NGramHead, latest_match, ngram_attention, ngram_pattern,
-                                   ngram_weights, observation_ids, shuffle_pattern,
+                                   ngram_weights, observation_ids, read_matches, shuffle_pattern,
                                    transition_ids)
 from icrl_jax.models.transformer import default_transformer_config
 
@@ -132,9 +132,15 @@ def test_latest_match_keeps_only_the_most_recent_occurrence():
     ids = jnp.array([[5, 7, 5, 7, 5]])
     pattern = np.asarray(ngram_pattern(ids, 1))
     assert pattern[0, 4].tolist() == [False, True, False, True, False]
-    latest = np.asarray(latest_match(jnp.asarray(pattern)))
+    latest = np.asarray(latest_match(jnp.asarray(pattern)).pattern())
     assert latest[0, 4].tolist() == [False, False, False, True, False]
     assert (latest.sum(-1) <= 1).all() and not (latest & ~pattern).any()
-    weights = np.asarray(ngram_weights(ids, 1, latest=True)[0])
-    np.testing.assert_allclose(weights[0, 4], [0, 0, 0, 1, 0])
-    np.testing.assert_allclose(weights[0, 0], 0)  # no earlier occurrence: reads nothing
+    match = ngram_weights(ids, 1, latest=True)[0]
+    assert match.key[0, 4] == 3 and match.found[0, 4]
+    assert not match.found[0, 0]  # no earlier occurrence: reads nothing
+    # The gather reads exactly what the dense one-hot pattern reads.
+    h = jax.random.normal(jax.random.key(0), (1, 5, 3))
+    dense = ngram_attention(jnp.asarray(latest))
+    np.testing.assert_array_equal(np.asarray(read_matches(match, h)),
+                                  np.asarray(read_matches(dense, h)))
+    np.testing.assert_array_equal(np.asarray(read_matches(match, h))[0, 0], 0)

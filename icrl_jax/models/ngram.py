@@ -22,7 +22,7 @@ in-context rollouts get the same function from the config alone.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -147,13 +147,36 @@ def ngram_attention(pattern: jax.Array) -> jax.Array:
     return weights / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
 
 
+class LatestMatch(NamedTuple):
+    """A pattern with at most one key per query (`latest_match`), as indices: the layer reads
+    `h[key]` with a gather instead of a `(B, L, L)` matmul (same values; the matmul is most of
+    the n-gram layer's cost on a CPU). key int32 `(B, L)`; found bool `(B, L)`, False where the
+    query has no match (it reads nothing)."""
+
+    key: jax.Array
+    found: jax.Array
+
+    def pattern(self) -> jax.Array:
+        """The same as a bool `(B, L, L)` pattern (one True per row at most)."""
+        return (jax.nn.one_hot(self.key, self.key.shape[-1], dtype=bool)
+                & self.found[..., None])
+
+
+def read_matches(weights: "jax.Array | LatestMatch", h: jax.Array) -> jax.Array:
+    """`P h`: float weights `(B, L, L)` or a `LatestMatch`, and `(B, L, D)` -> `(B, L, D)`."""
+    if isinstance(weights, LatestMatch):
+        picked = jnp.take_along_axis(h, weights.key[..., None], axis=1)
+        return jnp.where(weights.found[..., None], picked, 0.0)
+    return jnp.einsum("bij,bjd->bid", weights.astype(h.dtype), h)
+
+
 class NGramHead(nn.Module):
-    """`NGH(h) = W1 h + W2 (P h)`: `(B, L, D)`, weights `(B, L, L)` -> `(B, L, D)`."""
+    """`NGH(h) = W1 h + W2 (P h)`: `(B, L, D)`, weights (`read_matches`) -> `(B, L, D)`."""
 
     @nn.compact
-    def __call__(self, h: jax.Array, weights: jax.Array) -> jax.Array:
+    def __call__(self, h: jax.Array, weights: "jax.Array | LatestMatch") -> jax.Array:
         d_model = h.shape[-1]
-        read = jnp.einsum("bij,bjd->bid", weights.astype(h.dtype), h)
+        read = read_matches(weights, h)
         return nn.Dense(d_model, name="w1")(h) + nn.Dense(d_model, name="w2")(read)
 
 
@@ -179,30 +202,32 @@ class NGramLayer(nn.Module):
         return x if self.pre_norm else norm(x)
 
 
-def latest_match(pattern: jax.Array) -> jax.Array:
-    """Keep only each query's most recent match: bool `(B, L, L)` -> same, at most one True per
-    row (the largest key index). A hard induction head that reads the last occurrence."""
-    keys = jnp.arange(pattern.shape[-1])
-    last = jnp.where(pattern, keys, -1).max(-1, keepdims=True)
-    return pattern & (keys == last)
+def latest_match(pattern: jax.Array) -> LatestMatch:
+    """Keep only each query's most recent match (the largest key index) of a bool `(B, L, L)`
+    pattern: a hard induction head that reads the last occurrence."""
+    key = jnp.where(pattern, jnp.arange(pattern.shape[-1]), -1).max(-1)
+    return LatestMatch(jnp.maximum(key, 0).astype(jnp.int32), key >= 0)
 
 
 def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
-                  shuffle_seed: int = 0, latest: bool = False) -> list[jax.Array]:
-    """Attention weights of the 1..ngram_max-gram layers ("up to n"), each float `(B, L, L)`.
-    `latest`: each query reads only its most recent match instead of all of them uniformly."""
+                  shuffle_seed: int = 0, latest: bool = False) -> list:
+    """Attention weights of the 1..ngram_max-gram layers ("up to n"), each float `(B, L, L)`;
+    `latest`: each query reads only its most recent match instead of all of them uniformly,
+    given as a `LatestMatch` (indices)."""
     weights = []
     for n in range(1, ngram_max + 1):
         pattern = ngram_pattern(ids, n)
         if shuffle:
             pattern = shuffle_pattern(pattern, jax.random.fold_in(jax.random.key(shuffle_seed), n))
         if latest:
-            pattern = latest_match(pattern)
-        weights.append(ngram_attention(pattern))
+            weights.append(latest_match(pattern))
+        else:
+            weights.append(ngram_attention(pattern))
     return weights
 
 
 __all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids", "register_ngram_ids",
                           "register_ngram_ids_factory", "get_ngram_ids", "config_ngram_ids",
                           "token_equality", "ngram_pattern", "shuffle_pattern", "ngram_attention",
-                          "NGramHead", "NGramLayer", "ngram_weights", "latest_match")
+                          "NGramHead", "NGramLayer", "ngram_weights", "latest_match", "LatestMatch",
+                          "read_matches")

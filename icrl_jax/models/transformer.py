@@ -65,8 +65,9 @@ class Block(nn.Module):
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
-                 kv_cache=None, cache_index=None, head_scale=None):
-        """Returns (x, attention weights or None, updated kv cache or None)."""
+                 kv_cache=None, cache_index=None, head_scale=None, causal: bool = False):
+        """Returns (x, attention weights or None, updated kv cache or None). `causal`: `mask`
+        allows no query a later key (`MultiHeadAttention`)."""
         attention = MultiHeadAttention(self.num_heads, self.attention_dropout, self.rotary,
                                        self.normalize_qk, self.mixture_of_attention,
                                        name="attention")
@@ -78,7 +79,7 @@ class Block(nn.Module):
 
         h = norm1(x) if self.pre_norm else x
         attended = attention(h, mask, positions, deterministic, return_weights, kv_cache,
-                             cache_index, head_scale)
+                             cache_index, head_scale, causal)
         if kv_cache is not None:
             *attended, kv_cache = attended
             attended = tuple(attended) if return_weights else attended[0]
@@ -177,6 +178,8 @@ class Transformer(nn.Module):
             if self.ngram_positions:
                 raise ValueError("n-gram layers match over the whole context; they cannot "
                                  "decode from a key/value cache")
+        # Our own causal mask (padding only removes keys): attention may skip later keys.
+        causal = attention_mask is None and self.causal and cache is None
         if attention_mask is not None:
             mask = attention_mask
         else:
@@ -215,7 +218,7 @@ class Transformer(nn.Module):
                 name=f"block_{i}")(
                 x, mask, positions, deterministic, return_attention,
                 None if cache is None else cache[i], cache_index,
-                None if head_scale is None else head_scale[i])
+                None if head_scale is None else head_scale[i], causal)
             attention_maps.append(weights)
             new_cache.append(layer_cache)
             x = ngram_layers(x, i + 1)

@@ -1,0 +1,69 @@
+"""Attention: the block-causal path and the heads-first softmax give the plain softmax's result."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from icrl_jax.models.attention import CAUSAL_QUERY_BLOCK, attention_weights, dot_product_attention
+from icrl_jax.models.transformer import Transformer
+
+
+def _reference(q, k, v, mask):
+    """softmax(q k^T / sqrt(Dh)) v written out, `(B, T, H, Dh)` layout throughout."""
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1])
+    weights = jax.nn.softmax(jnp.where(mask, logits, -jnp.inf), -1)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
+@pytest.mark.parametrize("length", [CAUSAL_QUERY_BLOCK + 1, 2 * CAUSAL_QUERY_BLOCK + 2])
+def test_causal_blocks_equal_full_attention_values_and_gradients(length):
+    """Uneven blocks (65 -> 33 + 32; 130 -> 3 x 44, the last one short), a padding mask on top
+    of the causal one; forward and gradients with respect to q, k and v."""
+    q, k, v = jax.random.normal(jax.random.PRNGKey(0), (3, 2, length, 2, 8))
+    padding = jnp.arange(length)[None, :] < jnp.array([[length], [length - 7]])  # (B, S)
+    mask = jnp.tril(jnp.ones((length, length), bool))[None, None] & padding[:, None, None, :]
+    expected = _reference(q, k, v, mask)
+    np.testing.assert_allclose(dot_product_attention(q, k, v, mask, causal=True), expected,
+                               atol=1e-5)
+    np.testing.assert_allclose(dot_product_attention(q, k, v, mask), expected, atol=1e-5)
+
+    def loss(attention, q, k, v):
+        return (attention(q, k, v) ** 2 * jnp.arange(8)).sum()
+    blocked = jax.grad(lambda *a: loss(lambda *b: dot_product_attention(*b, mask, causal=True),
+                                       *a), argnums=(0, 1, 2))(q, k, v)
+    full = jax.grad(lambda *a: loss(lambda *b: _reference(*b, mask), *a), argnums=(0, 1, 2))(
+        q, k, v)
+    for got, want in zip(blocked, full):
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_causal_attention_refuses_a_different_number_of_keys():
+    q = jnp.zeros((1, CAUSAL_QUERY_BLOCK + 4, 1, 4))
+    k = jnp.zeros((1, CAUSAL_QUERY_BLOCK + 8, 1, 4))
+    with pytest.raises(ValueError, match="as many keys as queries"):
+        dot_product_attention(q, k, k, jnp.ones((1, 1, q.shape[1], k.shape[1]), bool),
+                              causal=True)
+
+
+def test_a_query_with_no_allowed_key_gets_zero_weights():
+    q, k = jax.random.normal(jax.random.PRNGKey(1), (2, 1, 4, 2, 8))
+    mask = jnp.ones((1, 1, 4, 4), bool).at[:, :, 2].set(False)
+    weights = attention_weights(q, k, mask)  # (B, H, T, S)
+    assert weights.shape == (1, 2, 4, 4)
+    np.testing.assert_array_equal(weights[:, :, 2], 0.0)
+    np.testing.assert_allclose(weights.sum(-1)[:, :, [0, 1, 3]], 1.0, rtol=1e-6)
+
+
+def test_transformer_causal_path_equals_an_explicit_causal_mask():
+    """The backbone's own causal mask takes the block path; the same mask given as
+    `attention_mask` takes the full one: same hidden states, with padding."""
+    length = CAUSAL_QUERY_BLOCK + 36
+    model = Transformer(num_layers=2, num_heads=2, max_len=length)
+    x = jax.random.normal(jax.random.PRNGKey(2), (2, length, 16))
+    params = model.init(jax.random.PRNGKey(3), x)
+    padding = jnp.arange(length)[None, :] < jnp.array([[length], [length - 5]])
+    own = model.apply(params, x, padding_mask=padding)
+    explicit = model.apply(params, x, padding_mask=padding,
+                           attention_mask=jnp.tril(jnp.ones((1, 1, length, length), bool)))
+    np.testing.assert_allclose(own, explicit, atol=1e-5)
