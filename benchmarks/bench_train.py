@@ -7,6 +7,11 @@ matmuls run as TF32 on NVIDIA GPUs by JAX's default precision), so it is only re
 peak is known.
 
     python benchmarks/bench_train.py [--quick] [--write] [--device cpu|gpu|tpu] [--precision fp32|bf16]
+    python benchmarks/bench_train.py --old DIR [--repeats N] [--write]   # before/after, side by side
+
+`--old DIR` measures `ROWS_BEFORE_AFTER` in this checkout and in another one (a `git worktree` of
+an older commit), one process per (checkout, row), the checkouts alternating, each process
+measuring its own matmul peak just before its model: on shared cores the load hits both alike.
 
 With `--precision bf16` the model computes in bfloat16 (float32 parameters, as `train.compute_dtype`)
 and MFU is against the bf16 dense peak.
@@ -28,13 +33,16 @@ def _device_from_argv() -> None:
 
 
 _device_from_argv()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: `--tree DIR`: measure that checkout's code (the `--old` comparison runs this script so).
+TREE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else ROOT
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from results import write_section  # noqa: E402  # benchmarks/results.py (this script's directory)
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, TREE)
 
 from icrl_jax.data.dataset import to_step_windows  # noqa: E402
 from icrl_jax.data.history import History  # noqa: E402
@@ -205,31 +213,52 @@ def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
                        int(config.d_model))
 
 
-def measure_headless_paper(batch: int, calls: int, precision="fp32"):
-    """Headless-AD at the paper's bandit scale (Table 3: 4 layers, d 512, 64 heads, rotary, a
-    300-step context) on Thompson-sampling histories of 64 bandits with 4-20 arms, one optimiser
-    step per jitted call (a step takes seconds on a CPU)."""
-    from experiments.headless_ad.bernoulli_bandit import get_config
+def _measure_experiment(config, calls: int, steps_per_call: int):
+    """An experiment config's own model and optimiser, trained on histories of its own source
+    (its first `data.num_train_tasks` tasks), `steps_per_call` steps a jitted call."""
     from icrl_jax import run as R
     from icrl_jax.config import finalize
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.data.sources import build_source
     from icrl_jax.methods import build_method
 
-    config = get_config("")
-    config.data.num_train_tasks = 64
-    config.train.update(dict(batch_size=batch, steps_per_call=1, compute_dtype=precision))
+    config.train.steps_per_call = steps_per_call
     config = finalize(config)
     env = R.build_env(config)
     method = build_method(config, env)
-    steps = int(config.train.seq_len)
-    history = generate_histories(env, build_source("thompson_sampling", env, steps, {}),
-                                 env.task_params(np.arange(64)), steps, jax.random.PRNGKey(0))
+    steps, tasks = int(config.data.num_steps), int(config.data.num_train_tasks)
+    source = build_source(config.data.source, env, steps, dict(config.data.source_kwargs))
+    history = generate_histories(env, source, env.task_params(np.arange(tasks)), steps,
+                                 jax.random.PRNGKey(0))
     train_data = method.training_data(history, config, env)
     optimizer = make_optimizer(config.train)
     seconds, state = _time_calls(lambda _: (method, optimizer), train_data, config.train, calls)
-    return _throughput(seconds, state, 1, batch, steps, int(config.model.num_layers),
+    return _throughput(seconds, state, steps_per_call, int(config.train.batch_size),
+                       int(config.train.seq_len), int(config.model.num_layers),
                        int(config.model.d_model))
+
+
+def measure_main_job(calls: int, precision="fp32"):
+    """The README's first command, `experiments/ad/darkroom.py:quick`: 2 x 64, 4 heads, a
+    1-gram layer after the first block, dropout 0.1, batch 64 x 100 steps, on its noisy-oracle
+    histories; 10 steps a call as in the benchmarks above (the preset runs 50)."""
+    from experiments.ad.darkroom import get_config
+    config = get_config("quick")
+    config.train.compute_dtype = precision
+    return _measure_experiment(config, calls, 10)
+
+
+def measure_headless_paper(batch: int, calls: int, precision="fp32"):
+    """Headless-AD at the paper's bandit scale (Table 3: 4 layers, d 512, 64 heads, rotary, a
+    300-step context) on Thompson-sampling histories of 64 bandits with 4-20 arms, one optimiser
+    step per jitted call (a step takes seconds on a CPU)."""
+    from experiments.headless_ad.bernoulli_bandit import get_config
+    config = get_config("")
+    config.data.num_train_tasks = 64
+    config.data.num_steps = config.train.seq_len
+    config.data.source = "thompson_sampling"
+    config.train.update(dict(batch_size=batch, compute_dtype=precision))
+    return _measure_experiment(config, calls, 1)
 
 
 def _row(name, shape, batch, params, r, peak) -> str:
@@ -239,6 +268,75 @@ def _row(name, shape, batch, params, r, peak) -> str:
 
 
 HEADING = "## Training throughput (AD, Uni[MASK] and GPT-DT transformers)"
+
+
+#: Rows of the before/after comparison (`--old`): name -> (label, measure(calls) -> result).
+ROWS_BEFORE_AFTER = {
+    "small": ("small (quick presets), 2x64, 4 heads, 64x100",
+              lambda calls: measure(*SIZES["small (quick presets)"], calls)),
+    "main_job": ("main job `ad/darkroom.py:quick` (+1-gram layer, dropout 0.1), 64x100",
+                 measure_main_job),
+    "medium": ("medium, 4x256, 8 heads, 64x200", lambda calls: measure(*SIZES["medium"], calls)),
+    "headless_paper_4": ("Headless-AD paper scale, 4x512, 64 heads, batch 4 x 300",
+                         lambda calls: measure_headless_paper(4, calls)),
+}
+BEFORE_AFTER_HEADING = "## Training throughput before and after (side by side)"
+
+
+def measure_row(name: str) -> dict:
+    """One `ROWS_BEFORE_AFTER` row in this process: the matmul peak, then the model."""
+    import icrl_jax
+    if not os.path.abspath(icrl_jax.__file__).startswith(os.path.abspath(TREE)):
+        raise RuntimeError(f"measuring {TREE} but imported {icrl_jax.__file__}")
+    peak = matmul_peak()
+    result = ROWS_BEFORE_AFTER[name][1](2 if name.startswith("headless") else 3)
+    return dict(result, peak=peak, mfu=result["model_flops_per_s"] / peak)
+
+
+def before_after(args) -> None:
+    """`ROWS_BEFORE_AFTER` in `args.old` and in this checkout, alternating per row and repeat;
+    MFU is each process's model FLOP/s over its own matmul peak."""
+    import json
+    import subprocess
+
+    def run(tree, name):
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--tree", tree,
+                              "--row", name], capture_output=True, text=True, cwd=tree)
+        if out.returncode:
+            raise RuntimeError(f"{name} in {tree} failed:\n{out.stderr[-3000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    commit = lambda tree: subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree,  # noqa: E731
+                                         capture_output=True, text=True).stdout.strip()
+    lines = []
+    for name in args.rows.split(","):
+        runs = {"old": [], "new": []}
+        for _ in range(args.repeats):
+            for side, tree in (("old", args.old), ("new", ROOT)):
+                runs[side].append(run(tree, name))
+                print(name, side, f"{runs[side][-1]['tokens_per_s']:,.0f} tokens/s, MFU "
+                      f"{100 * runs[side][-1]['mfu']:.0f}%", flush=True)
+        median = {side: float(np.median([r["tokens_per_s"] for r in rs])) for side, rs in runs.items()}
+        fmt = lambda rs: " / ".join(f"{r['tokens_per_s']:,.0f} ({100 * r['mfu']:.0f}%)" for r in rs)  # noqa: E731
+        lines.append(f"| {ROWS_BEFORE_AFTER[name][0]} | {fmt(runs['old'])} | {fmt(runs['new'])} "
+                     f"| {median['new'] / median['old']:.2f}x |")
+    section = "\n".join([
+        BEFORE_AFTER_HEADING, "",
+        f"Command: `python benchmarks/bench_train.py --old <worktree of {commit(args.old)}> "
+        f"--repeats {args.repeats} --write`, this checkout at {commit(ROOT)} (plus uncommitted "
+        f"changes, if any). Device: {jax.devices()[0].platform}, {os.cpu_count()} cores; load "
+        f"average when it finished {os.getloadavg()[0]:.1f} (the cores were shared with other "
+        "jobs). One process per (checkout, row, repeat), the checkouts alternating; each "
+        "process measures its own 4096x4096 float32 matmul peak right before its model, and MFU "
+        "(in brackets) is its model FLOP/s (6N + 12·L·d·T a token) over that peak. Ratio: new / old "
+        "median tokens/s.",
+        "",
+        "| model | before: tokens/s (MFU) | after: tokens/s (MFU) | ratio |",
+        "| --- | --- | --- | --- |",
+        *lines, ""])
+    print(section)
+    if args.write:
+        write_section(BEFORE_AFTER_HEADING, section)
 
 
 def main():
@@ -252,7 +350,19 @@ def main():
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--headless-paper", action="store_true",
                         help="only Headless-AD at the paper's bandit scale, batch 4 and 32")
+    parser.add_argument("--old", help="a checkout to compare with, side by side (ROWS_BEFORE_AFTER)")
+    parser.add_argument("--rows", default=",".join(ROWS_BEFORE_AFTER),
+                        help="with --old: which rows, comma-separated")
+    parser.add_argument("--repeats", type=int, default=1, help="with --old: runs per side")
+    parser.add_argument("--tree", default=ROOT, help="the checkout whose code is measured")
+    parser.add_argument("--row", choices=tuple(ROWS_BEFORE_AFTER),
+                        help="measure one row in this process, print JSON (used by --old)")
     args = parser.parse_args()
+    if args.row:
+        import json
+        return print(json.dumps(measure_row(args.row)))
+    if args.old:
+        return before_after(args)
     if args.headless_paper:
         return headless_paper(args)
     device = jax.devices()[0]

@@ -24,13 +24,13 @@ def test_causal_blocks_equal_full_attention_values_and_gradients(length):
     padding = jnp.arange(length)[None, :] < jnp.array([[length], [length - 7]])  # (B, S)
     mask = jnp.tril(jnp.ones((length, length), bool))[None, None] & padding[:, None, None, :]
     expected = _reference(q, k, v, mask)
-    np.testing.assert_allclose(dot_product_attention(q, k, v, mask, causal=True), expected,
+    np.testing.assert_allclose(dot_product_attention(q, k, v, mask, causal_from=0), expected,
                                atol=1e-5)
     np.testing.assert_allclose(dot_product_attention(q, k, v, mask), expected, atol=1e-5)
 
     def loss(attention, q, k, v):
         return (attention(q, k, v) ** 2 * jnp.arange(8)).sum()
-    blocked = jax.grad(lambda *a: loss(lambda *b: dot_product_attention(*b, mask, causal=True),
+    blocked = jax.grad(lambda *a: loss(lambda *b: dot_product_attention(*b, mask, causal_from=0),
                                        *a), argnums=(0, 1, 2))(q, k, v)
     full = jax.grad(lambda *a: loss(lambda *b: _reference(*b, mask), *a), argnums=(0, 1, 2))(
         q, k, v)
@@ -43,7 +43,7 @@ def test_causal_attention_refuses_a_different_number_of_keys():
     k = jnp.zeros((1, CAUSAL_QUERY_BLOCK + 8, 1, 4))
     with pytest.raises(ValueError, match="as many keys as queries"):
         dot_product_attention(q, k, k, jnp.ones((1, 1, q.shape[1], k.shape[1]), bool),
-                              causal=True)
+                              causal_from=0)
 
 
 def test_a_query_with_no_allowed_key_gets_zero_weights():
@@ -67,3 +67,21 @@ def test_transformer_causal_path_equals_an_explicit_causal_mask():
     explicit = model.apply(params, x, padding_mask=padding,
                            attention_mask=jnp.tril(jnp.ones((1, 1, length, length), bool)))
     np.testing.assert_allclose(own, explicit, atol=1e-5)
+
+
+@pytest.mark.parametrize("prefix", [5, CAUSAL_QUERY_BLOCK + 3])
+def test_prefix_causal_blocks_equal_full_attention(prefix):
+    """Headless-AD's mask: an action-set prompt (a set, some actions padded) that attends only to
+    itself, then causal steps that also see the prompt. The first block holds the whole prompt,
+    also when the prompt is longer than a block."""
+    from icrl_jax.methods.headless_ad import prompt_attention_mask
+    steps = 2 * CAUSAL_QUERY_BLOCK
+    action_mask = jnp.arange(prefix)[None, :] < jnp.array([[prefix], [prefix - 2]])
+    mask = prompt_attention_mask(action_mask, steps)
+    length = prefix + steps
+    assert mask.shape == (2, 1, length, length)
+    q, k, v = jax.random.normal(jax.random.PRNGKey(4), (3, 2, length, 2, 8))
+    expected = _reference(q, k, v, mask)
+    got = dot_product_attention(q, k, v, mask, causal_from=prefix)
+    valid = np.asarray(mask.any(-1))[:, 0]  # padded prompt queries attend to nothing
+    np.testing.assert_allclose(np.asarray(got)[valid], np.asarray(expected)[valid], atol=1e-5)

@@ -159,6 +159,7 @@ class HeadlessADModel(nn.Module):
             hidden = self.backbone(
                 jnp.concatenate([prompt, tokens], axis=1), deterministic=deterministic,
                 attention_mask=prompt_attention_mask(action_mask, length),
+                causal_from=num_actions,
                 positions=jnp.concatenate([jnp.zeros(num_actions, jnp.int32),
                                            jnp.arange(length, dtype=jnp.int32)]),
                 ngram_ids=None if ngram_ids is None else with_prompt_ids(ngram_ids, num_actions))

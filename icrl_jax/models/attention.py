@@ -51,17 +51,19 @@ CAUSAL_QUERY_BLOCK = 64
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                          causal: bool = False) -> jax.Array:
+                          causal_from: int | None = None) -> jax.Array:
     """softmax(q k^T / sqrt(Dh)) v over the keys `mask` allows: q `(B, T, H, Dh)`, k and v
     `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, T, H, Dh)`, through cuDNN where
     `attention_implementation` picks it (a configuration cuDNN rejects falls back), else
     `attention_weights` and one more matmul.
 
-    `causal`: the caller guarantees that no query attends to a later key (S == T and the mask
-    is False above the diagonal). Then the queries go in blocks of about `CAUSAL_QUERY_BLOCK`
-    and each block skips the keys after its last query: the same result (those keys' weights
-    are exp(-inf) = 0), with 25% (T = 100) to 40% (T = 200) less attention work and smaller
-    score tensors (`benchmarks/bench_train.py`: the quick model's step 1.2x on a CPU).
+    `causal_from=p`: the caller guarantees a causal mask after a prefix of p tokens (S == T;
+    no query attends to a later key, except that the first p queries may attend to any of the
+    first p keys; p = 0: causal). Then the queries go in blocks of about `CAUSAL_QUERY_BLOCK`
+    (the first block holds the prefix) and each block skips the keys after its last query: the
+    same result (those keys' weights are exp(-inf) = 0), with 25% (T = 100) to 40% (T = 200)
+    less attention work and smaller score tensors (the quick model's step 1.2x on a CPU:
+    benchmarks/RESULTS.md).
     """
     if attention_implementation(q) == "cudnn":
         try:
@@ -71,17 +73,17 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
         except (NotImplementedError, ValueError, TypeError):
             pass  # cuDNN rejects this shape, mask or layout at trace time
     length = q.shape[1]
-    if not causal or length <= CAUSAL_QUERY_BLOCK:
+    if causal_from is None or length <= CAUSAL_QUERY_BLOCK:
         return attend(attention_weights(q, k, mask), v)
     if k.shape[1] != length:
         raise ValueError(f"causal attention needs as many keys as queries, got {k.shape[1]} "
                          f"keys for {length} queries")
-    blocks = -(-length // CAUSAL_QUERY_BLOCK)
-    size = -(-length // blocks)  # equal blocks: T = 100 -> 2 x 50
+    size = -(-length // -(-length // CAUSAL_QUERY_BLOCK))  # equal blocks: T = 100 -> 2 x 50
+    ends = [end for end in range(size, length, size) if end > causal_from] + [length]
+    starts = [0] + ends[:-1]
     return jnp.concatenate([
-        attend(attention_weights(q[:, lo:lo + size], k[:, :lo + size],
-                                 mask[:, :, lo:lo + size, :lo + size]), v[:, :lo + size])
-        for lo in range(0, length, size)], axis=1)
+        attend(attention_weights(q[:, lo:hi], k[:, :hi], mask[:, :, lo:hi, :hi]), v[:, :hi])
+        for lo, hi in zip(starts, ends)], axis=1)
 
 
 def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
@@ -129,13 +131,13 @@ class MultiHeadAttention(nn.Module):
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
                  kv_cache: tuple[jax.Array, jax.Array] | None = None,
                  cache_index: jax.Array | None = None, head_scale: jax.Array | None = None,
-                 causal: bool = False):
+                 causal_from: int | None = None):
         """Args:
           x: `(B, T, D)`.
           mask: bool `(B or 1, 1, T, T)`, True where a query may attend to a key; with a cache,
             `(B or 1, 1, T, S)` over the S cache slots.
-          causal: the mask allows no query a later key (`dot_product_attention`); not with a
-            cache.
+          causal_from: the mask is causal after this many tokens (`dot_product_attention`);
+            ignored with a cache.
           positions: int `(T,)` positions for rotary embeddings.
           kv_cache: optional (keys, values), each `(B, S, H, Dh)` (incremental decoding): the
             keys and values of `x` are written at slots `[cache_index, cache_index + T)` and the
@@ -171,7 +173,8 @@ class MultiHeadAttention(nn.Module):
             out = attend(dropped, v)
         else:
             weights = None
-            out = dot_product_attention(q, k, v, mask, causal and kv_cache is None)
+            out = dot_product_attention(q, k, v, mask,
+                                        None if kv_cache is not None else causal_from)
         if self.mixture:
             gates = jax.nn.softmax(nn.Dense(self.num_heads, kernel_init=nn.initializers.zeros,
                                             name="gate")(x).astype(jnp.float32), axis=-1)

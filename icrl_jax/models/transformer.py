@@ -65,9 +65,10 @@ class Block(nn.Module):
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
-                 kv_cache=None, cache_index=None, head_scale=None, causal: bool = False):
-        """Returns (x, attention weights or None, updated kv cache or None). `causal`: `mask`
-        allows no query a later key (`MultiHeadAttention`)."""
+                 kv_cache=None, cache_index=None, head_scale=None,
+                 causal_from: int | None = None):
+        """Returns (x, attention weights or None, updated kv cache or None). `causal_from`:
+        `mask` is causal after that many tokens (`MultiHeadAttention`)."""
         attention = MultiHeadAttention(self.num_heads, self.attention_dropout, self.rotary,
                                        self.normalize_qk, self.mixture_of_attention,
                                        name="attention")
@@ -79,7 +80,7 @@ class Block(nn.Module):
 
         h = norm1(x) if self.pre_norm else x
         attended = attention(h, mask, positions, deterministic, return_weights, kv_cache,
-                             cache_index, head_scale, causal)
+                             cache_index, head_scale, causal_from)
         if kv_cache is not None:
             *attended, kv_cache = attended
             attended = tuple(attended) if return_weights else attended[0]
@@ -135,7 +136,8 @@ class Transformer(nn.Module):
                  deterministic: bool = True, return_attention: bool = False,
                  attention_mask: jax.Array | None = None, positions: jax.Array | None = None,
                  ngram_ids: jax.Array | None = None, cache: list | None = None,
-                 cache_index: jax.Array | None = None, head_scale: jax.Array | None = None):
+                 cache_index: jax.Array | None = None, head_scale: jax.Array | None = None,
+                 causal_from: int | None = None):
         """Args:
           x: `(B, T, D)` token embeddings.
           padding_mask: optional bool `(B, T)`, False for padding tokens (never attended to).
@@ -153,6 +155,10 @@ class Transformer(nn.Module):
           cache_index: int32 `()`, the first slot of the new tokens.
           head_scale: optional float `(num_layers, H)` multipliers of each head's output (zero
             removes a head; see `MultiHeadAttention`).
+          causal_from: with `attention_mask`, the caller's guarantee that it is causal after its
+            first `causal_from` tokens, which attend only among themselves (a prefix such as
+            Headless-AD's action-set prompt): attention then skips later keys
+            (`attention.dot_product_attention`). Our own causal mask implies 0.
         Returns:
           `(B, T, D)` hidden states, plus a list of per-layer `(B, H, T, T)` attention weights
           when `return_attention`, plus the updated cache when `cache` is given.
@@ -178,8 +184,10 @@ class Transformer(nn.Module):
             if self.ngram_positions:
                 raise ValueError("n-gram layers match over the whole context; they cannot "
                                  "decode from a key/value cache")
-        # Our own causal mask (padding only removes keys): attention may skip later keys.
-        causal = attention_mask is None and self.causal and cache is None
+        # A causal mask (ours, or the caller's after its prefix; padding only removes keys):
+        # attention may skip later keys.
+        if attention_mask is None:
+            causal_from = 0 if self.causal else None
         if attention_mask is not None:
             mask = attention_mask
         else:
@@ -218,7 +226,7 @@ class Transformer(nn.Module):
                 name=f"block_{i}")(
                 x, mask, positions, deterministic, return_attention,
                 None if cache is None else cache[i], cache_index,
-                None if head_scale is None else head_scale[i], causal)
+                None if head_scale is None else head_scale[i], causal_from)
             attention_maps.append(weights)
             new_cache.append(layer_cache)
             x = ngram_layers(x, i + 1)
