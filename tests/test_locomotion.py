@@ -204,3 +204,22 @@ def test_locomotion_builder_ids_and_replay_episodes():
     np.testing.assert_array_equal(e1["terminations"], [0, 0, 0])
     np.testing.assert_array_equal(e2["observations"][:, 0], [1, 11, 21, 31, 31.5])
     np.testing.assert_array_equal(e2["actions"][:, 1], [-1, -11, -21, -31])
+
+
+def test_medium_snapshot_targets_a_third_of_the_normalised_score():
+    """Medium is a third of the way from random to expert (D4RL's normalised scale), not a third
+    of the expert's raw return: with walker2d-like returns (random 240, expert 540) a third of
+    the raw return (180) is below random, and the old rule picked the worst snapshot."""
+    from icrl_jax.data.builders import medium_snapshot
+    chunk_returns = [-np.inf, 150.0, 230.0, 310.0, 345.0, 420.0, 500.0, 540.0]
+    idx, target = medium_snapshot(chunk_returns, 240.0, 540.0, 1 / 3)
+    assert target == pytest.approx(340.0)
+    assert idx == 4  # 345, the first to reach 340 and the closest
+    # The closest among those up to the first that reaches the target: 338 (2 away) over 360
+    # (20 away); 341 comes after the first to reach it, so is not a candidate.
+    idx, _ = medium_snapshot([100.0, 338.0, 360.0, 341.0], 240.0, 540.0, 1 / 3)
+    assert idx == 1
+    # No snapshot reaches the target: the closest of all.
+    assert medium_snapshot([100.0, 200.0, 300.0], 240.0, 540.0, 1 / 3)[0] == 2
+    # Random 0: the old rule's third of the expert's return.
+    assert medium_snapshot([10.0, 90.0, 300.0], 0.0, 300.0, 1 / 3) == (1, pytest.approx(100.0))

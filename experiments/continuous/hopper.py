@@ -2,10 +2,11 @@
 
 Data (`data.builder="locomotion"`, icrl_jax/data/builders.py `LocomotionData`): one on-device PPO
 run (data/sources/ppo.py) trains to `data.expert_steps`; its last agent is our expert, the first
-agent at a third of the expert's return is "medium". Three Minari datasets are written under the
-workdir, all storing the random and expert returns (the D4RL-normalised score's 0 and 100):
-`medium` (the medium policy, `num_train_tasks` x `num_steps` = 1M steps as D4RL), `medium-replay`
-(PPO's experience up to the medium agent) and `medium-expert` (medium + as many expert steps).
+agent a third of the way from the random to the expert return (normalised score ~33) is "medium".
+Three Minari datasets are written under the workdir, all storing the random and expert returns
+(the D4RL-normalised score's 0 and 100): `medium` (the medium policy, `num_train_tasks` x
+`num_steps` = 1M steps as D4RL), `medium-replay` (PPO's experience up to the medium agent) and
+`medium-expert` (medium + as many expert steps).
 `data.dataset_id` picks the one trained on, e.g. `--config.data.dataset_id=hopper/medium-replay-v0`.
 The DT (tanh head, MSE, return-to-go conditioning) is evaluated on 1000-step episodes with `vmap`
 over envs; `eval.json` has `model@<target>_d4rl_score` next to the random baseline's.
@@ -50,9 +51,12 @@ def add_locomotion_data(config, name: str) -> None:
     config.data.source_kwargs.rollout_steps = 64
     config.data.expert_steps = ENVS[name]["expert_steps"]
     # Agent snapshots (the medium candidates) every 5 updates (10k steps): with 25 (51k steps)
-    # the first snapshot of a paper-scale hopper run already scored 359, not the 199 target.
+    # the first snapshot of a paper-scale hopper run already scored 359, not the 199 target
+    # (the rule then: a third of the raw expert return).
     config.data.ppo_chunk_updates = 5
-    config.data.medium_fraction = 1 / 3  # D4RL medium: about a third of the expert's return
+    # D4RL medium: about a third of the expert's performance, on the normalised scale (random +
+    # (expert - random) / 3); a third of the raw return is below random on walker2d.
+    config.data.medium_fraction = 1 / 3
     config.data.num_train_tasks = 1000  # streams of the medium / expert rollouts
     config.data.num_steps = 1000  # 1000 x 1000 = 1M steps, as D4RL's medium
     config.data.num_test_tasks = 20  # evaluation episodes per seed (one env each)

@@ -272,9 +272,12 @@ class LocomotionData(Minari):
     2. The expert's and a uniform random policy's returns (the first episode of each stream, all
        complete since `data.num_steps` >= the episode length) are the reference scores stored
        with every dataset (D4RL's normalised score: 0 random, 100 our expert).
-    3. Medium: of the snapshots up to the first whose training episodes (the last <= 10 updates
-       of its chunk) average at least `data.medium_fraction` (D4RL: about a third) of the
-       expert's return, the one closest to that target;
+    3. Medium: the target is `data.medium_fraction` (D4RL: about a third) of the way from the
+       random to the expert return on the normalised scale (`random + f * (expert - random)`,
+       so a normalised score of 100 f; a third of the raw return can lie below random, e.g.
+       walker2d's alive bonus); of the snapshots up to the first whose training episodes (the
+       last <= 10 updates of its chunk) average at least the target, the one closest to it
+       (`medium_snapshot`);
        `medium` is that policy's sampled actions on `num_train_tasks` streams x `num_steps`
        steps, `medium-replay` the training experience up to that snapshot, `medium-expert`
        medium plus as many steps of the expert.
@@ -341,12 +344,9 @@ class LocomotionData(Minari):
         refs = dict(ref_min_score=random_ret, ref_max_score=expert_ret)
 
         # 3. The medium snapshot, its rollout and the replay up to it.
-        target = float(data.medium_fraction) * expert_ret
         chunk_returns = [_recent_return(l) for l in logs]
-        # The snapshot closest to the target among those up to the first that reaches it.
-        reached = [i for i, r in enumerate(chunk_returns) if r >= target]
-        last = reached[0] if reached else len(logs) - 1
-        medium_chunk = int(np.argmin([abs(r - target) for r in chunk_returns[: last + 1]]))
+        medium_chunk, target = medium_snapshot(chunk_returns, random_ret, expert_ret,
+                                               float(data.medium_fraction))
         medium_eps, medium_ret = self._rollout(
             env, P.ppo_policy(env, snapshots[medium_chunk], ppo_config), params, num_steps,
             jax.random.fold_in(key, 3))
@@ -370,8 +370,9 @@ class LocomotionData(Minari):
             print(f"{ids[kind]}: {len(episodes)} episodes ({steps} steps), mean return "
                   f"{np.mean([e['rewards'].sum() for e in episodes]):.1f}")
         print(f"locomotion datasets in {seconds:.0f}s (PPO {train_seconds:.0f}s): random "
-              f"{random_ret:.1f}, medium {medium_ret:.1f} (target {target:.1f}), expert "
-              f"{expert_ret:.1f} -> {os.path.dirname(path)}")
+              f"{random_ret:.1f}, medium {medium_ret:.1f} (target {target:.1f}; snapshot "
+              f"{medium_chunk + 1}/{len(logs)}, training return {chunk_returns[medium_chunk]:.1f}),"
+              f" expert {expert_ret:.1f} -> {os.path.dirname(path)}")
 
     @staticmethod
     def _rollout(env, policy, params, num_steps, key) -> tuple[list[dict], float]:
@@ -398,6 +399,18 @@ class LocomotionData(Minari):
                                   dones=term | trunc)
         return _cut_episodes(history, dict(final_observations=streams("final_observations"),
                                           terminated=term))
+
+
+def medium_snapshot(chunk_returns, random_return: float, expert_return: float,
+                    fraction: float) -> tuple[int, float]:
+    """The medium snapshot's index and its target return, `random + fraction * (expert -
+    random)` (D4RL-normalised score 100 * fraction): among the snapshots up to the first whose
+    training return reaches the target (all if none does), the one closest to it. Stopping at
+    the first that reaches it keeps medium-replay to the experience before a medium agent."""
+    target = random_return + fraction * (expert_return - random_return)
+    reached = [i for i, r in enumerate(chunk_returns) if r >= target]
+    last = reached[0] if reached else len(chunk_returns) - 1
+    return int(np.argmin([abs(r - target) for r in chunk_returns[: last + 1]])), float(target)
 
 
 def _recent_return(log) -> float:
