@@ -79,6 +79,18 @@ def _epochs_to_steps(cfg) -> None:
         cfg.train.num_steps = -(-cfg.train.num_steps // per_call) * per_call
 
 
+def _mlp_config(config) -> ml_collections.ConfigDict:
+    """The MLP baseline's config: `model.backbone="mlp"`, `grid.mlp_overrides`, and
+    `grid.epochs` counted at its own batch size, as every other group."""
+    mlp_config = ml_collections.ConfigDict(config.to_dict())
+    mlp_config.model.backbone = "mlp"
+    for key, value in _dotted(config.grid.mlp_overrides).items():
+        section, field = key.split(".")
+        mlp_config[section][field] = value
+    _epochs_to_steps(mlp_config)
+    return mlp_config
+
+
 def _dotted(sections) -> dict[str, Any]:
     """{section: {field: value}} -> {"section.field": value}."""
     return {f"{section}.{field}": value for section, fields in dict(sections).items()
@@ -304,11 +316,7 @@ def run_grid(config, dataset, env) -> dict[str, Any]:
         rows[FINETUNED] = np.stack([best["losses"][j * num_seeds:(j + 1) * num_seeds, j]
                                     for j in range(len(tasks))], axis=1)
     if len(grid.mlp_regimes):
-        mlp_config = ml_collections.ConfigDict(config.to_dict())
-        mlp_config.model.backbone = "mlp"
-        for key, value in _dotted(grid.mlp_overrides).items():
-            section, field = key.split(".")
-            mlp_config[section][field] = value
+        mlp_config = _mlp_config(config)
         regimes = list(grid.mlp_regimes)
         mlp_data = cls(mlp_config.model, env, k).training_data(dataset, mlp_config, env)
         group = _unimask_group("mlp", mlp_config, env, mlp_data, validation,
@@ -606,3 +614,118 @@ def write_heatmaps(result: dict[str, Any], workdir: str) -> None:
         fig.tight_layout()
         fig.savefig(os.path.join(workdir, fname), dpi=120)
         plt.close(fig)
+
+
+#: Rows of the data-size figure (Figs. 11-14 across data sizes): (label, heatmap row); the
+#: single-task row of a column is that column's own task.
+SIZE_ROWS = (("single-task (own task)", None), ("BC model", "behaviour_cloning"),
+             ("ALL", "all"), ("random mask", "random"), ("random + finetune", FINETUNED),
+             ("(MLP) random", "(MLP) random"))
+
+
+def load_heatmaps(paths: list[str]) -> list[dict[str, Any]]:
+    """The `heatmap.json` of each run directory (or the files themselves), by data size."""
+    results = []
+    for path in paths:
+        file = path if path.endswith(".json") else os.path.join(path, "heatmap.json")
+        if not os.path.isfile(file):
+            raise UserError(f"no heatmap.json in {path}; run `icrl-jax report --config "
+                            f"experiments/unimask/doorkey.py[:quick]` there first")
+        with open(file) as f:
+            results.append(dict(json.load(f), path=file))
+    sizes = [r["num_train_trajectories"] for r in results]
+    if len(set(sizes)) != len(sizes):
+        raise UserError(f"the runs {[r['path'] for r in results]} repeat a data size ({sizes}); "
+                        f"give one run per number of training trajectories")
+    return sorted(results, key=lambda r: r["num_train_trajectories"])
+
+
+def data_size_table(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per `SIZE_ROWS` label and task: the mean and s.e.m. of the validation loss at each data
+    size (None where a run lacks the row or cell), and each run's checked claims."""
+    tasks = results[0]["tasks"]
+    rows = {}
+    for label, row in SIZE_ROWS:
+        per_task = {}
+        for j, task in enumerate(tasks):
+            name = task if row is None else row
+            mean = [r["mean"].get(name, [None] * len(tasks))[j] for r in results]
+            sem = [r["sem"].get(name, [None] * len(tasks))[j] for r in results]
+            per_task[task] = dict(mean=mean, sem=sem)
+        rows[label] = per_task
+    return dict(tasks=tasks, sizes=[r["num_train_trajectories"] for r in results],
+                seeds=[r["seeds"] for r in results], rows=rows,
+                claims={str(r["num_train_trajectories"]): r["claims"] for r in results})
+
+
+def data_size_report(paths: list[str], out: str) -> dict[str, str]:
+    """`icrl-jax report --runs DIR ... --out DIR` on Uni[MASK] grids of different data sizes:
+    `data_sizes.png` (validation loss against the number of training trajectories, one panel
+    per evaluation task, mean ± s.e.m. over seeds), `data_sizes.json` and `data_sizes.md`
+    (the paper's three claims per size). Returns the written paths."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = data_size_table(load_heatmaps(paths))
+    os.makedirs(out, exist_ok=True)
+    written = dict(json=os.path.join(out, "data_sizes.json"),
+                   figure=os.path.join(out, "data_sizes.png"),
+                   table=os.path.join(out, "data_sizes.md"))
+    with open(written["json"], "w") as f:
+        json.dump(table, f, indent=1)
+    tasks, sizes = table["tasks"], np.asarray(table["sizes"], float)
+    fig, axes = plt.subplots(2, 4, figsize=(16, 7), squeeze=False)
+    for ax, task in zip(axes.ravel(), tasks):
+        for i, (label, row) in enumerate(SIZE_ROWS):
+            if row == "behaviour_cloning" and task == "behaviour_cloning":
+                continue  # the BC model is this column's single-task model
+            cell = table["rows"][label][task]
+            mean, sem = _array(cell["mean"]), _array(cell["sem"])
+            if np.isnan(mean).all():
+                continue
+            ax.errorbar(sizes * (1 + 0.03 * (i - 2.5)), mean, yerr=sem, marker="o", ms=3,
+                        capsize=2, label=label, color=f"C{i}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(sizes, [str(int(s)) for s in sizes])
+        ax.minorticks_off()
+        ax.set_title(task.replace("_", " "), fontsize=9)
+        ax.set_xlabel("training trajectories", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("validation loss")
+    axes[1, 0].set_ylabel("validation loss")
+    axes[0, 1].legend(fontsize=7)  # the behaviour-cloning panel has no separate BC model
+    fig.suptitle(f"Uni[MASK] DoorKey: validation loss vs data size (mean ± s.e.m. over "
+                 f"{'/'.join(map(str, table['seeds']))} seeds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(written["figure"], dpi=110)
+    plt.close(fig)
+    text = _data_size_markdown(table)
+    with open(written["table"], "w") as f:
+        f.write(text)
+    print(text)
+    return written
+
+
+def _data_size_markdown(table: dict[str, Any]) -> str:
+    tasks, sizes = table["tasks"], table["sizes"]
+
+    def cells(label):
+        out = []
+        for task in tasks:
+            c = table["rows"][label][task]
+            out.append(" / ".join("-" if m is None else f"{m:.3g} ± {s:.1g}"
+                                  for m, s in zip(c["mean"], c["sem"])))
+        return out
+
+    lines = [f"# Uni[MASK] DoorKey across data sizes ({' / '.join(map(str, sizes))} "
+             f"trajectories)\n", "Validation loss, mean ± s.e.m. over seeds, per data size:\n",
+             "| Row | " + " | ".join(tasks) + " |", "|" + "---|" * (len(tasks) + 1)]
+    lines += [f"| {label} | " + " | ".join(cells(label)) + " |" for label, _ in SIZE_ROWS]
+    lines += ["", "Claims (ratios per task; `holds` as checked in each heatmap.json):", ""]
+    for size, claims in table["claims"].items():
+        for name, claim in claims.items():
+            ratios = claim.get("ratio_per_task") or claim.get("finetune_vs_single")
+            lines.append(f"- {size} trajectories, {name}: holds={claim['holds']}; {ratios}")
+    return "\n".join(lines) + "\n"

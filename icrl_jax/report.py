@@ -193,7 +193,12 @@ def plot_darkroom_success(collected: dict, path: str) -> str | None:
 
 
 def write_report(paths: list[str], out: str) -> dict[str, str]:
-    """Load the runs under `paths`, write `out/table1.md` and the PNGs; returns written paths."""
+    """Load the runs under `paths`, write `out/table1.md` and the PNGs; returns written paths.
+    Runs that are Uni[MASK] grids (`heatmap.json`) make its data-size figure instead."""
+    heatmaps = [p if p.endswith(".json") else os.path.join(p, "heatmap.json") for p in paths]
+    if heatmaps and all(h.endswith("heatmap.json") and os.path.isfile(h) for h in heatmaps):
+        from icrl_jax.masking_grid import data_size_report
+        return data_size_report(paths, out)
     collected = collect(load_runs(paths))
     os.makedirs(out, exist_ok=True)
     written = {}

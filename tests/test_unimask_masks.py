@@ -98,5 +98,9 @@ def test_traced_regime_under_vmap_matches_the_named_one():
 def test_unknown_scheme_and_too_short_snippet_are_clear_errors():
     with pytest.raises(UserError, match="masking scheme"):
         M.sample_mask("bc", jax.random.key(0), K)
-    with pytest.raises(ValueError, match="at least 2 steps"):
+    with pytest.raises(UserError, match="at least 2 steps"):
         M.evaluation_masks("forward_dynamics", 1)
+    assert M.min_snippet_len() == 2
+    M.check_snippet_len(2)
+    with pytest.raises(UserError, match="seq_len=1: .*at least 2 steps.*forward_dynamics"):
+        M.check_snippet_len(1)

@@ -39,7 +39,8 @@ from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, ful
 from icrl_jax.errors import UserError
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
-from icrl_jax.methods.unimask_masks import Mask, REGIMES, TASKS, evaluation_masks, regime_index, sample_mask
+from icrl_jax.methods.unimask_masks import (Mask, REGIMES, TASKS, check_snippet_len,
+                                           evaluation_masks, regime_index, sample_mask)
 from icrl_jax.models.transformer import Dropout, Transformer
 
 BACKBONES = ("transformer", "mlp")
@@ -133,6 +134,7 @@ class UniMask(Method):
         regime = model_config.regime
         self.regime = regime_index(regime) if isinstance(regime, str) else regime
         self.snippet_len = int(snippet_len)
+        check_snippet_len(self.snippet_len)
         self.continuous = bool(env.continuous_actions)
         self.state_factors = tuple(int(n) for n in env.observation_factors)
         self.split_observation = env.split_observation

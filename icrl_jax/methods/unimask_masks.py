@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.errors import unknown_name
+from icrl_jax.errors import UserError, unknown_name
 
 
 class Mask(NamedTuple):
@@ -152,6 +152,19 @@ def regime_index(name: str) -> int:
     return REGIMES.index(name)
 
 
+def min_snippet_len() -> int:
+    """The shortest snippet every evaluation task has an index for (2: a transition)."""
+    return max(task.low - task.high_offset for task in TASKS.values())
+
+
+def check_snippet_len(k: int) -> None:
+    """A UserError (before any training) for snippets too short for some evaluation task."""
+    short = [name for name, task in TASKS.items() if k + task.high_offset < task.low]
+    if short:
+        raise UserError(f"train.seq_len={k}: snippets of at least {min_snippet_len()} steps are "
+                        f"needed by {', '.join(short)}")
+
+
 def sample_mask(regime, key, k: int) -> Mask:
     """One training mask of regime `regime` (a name, or its index in `REGIMES`, may be traced:
     replicas of different regimes train side by side under `vmap`)."""
@@ -168,6 +181,6 @@ def evaluation_masks(task: str, k: int) -> Mask:
         raise unknown_name("evaluation task", task, TASKS)
     spec = TASKS[task]
     if k + spec.high_offset < spec.low:
-        raise ValueError(f"{task} needs snippets of at least {spec.low - spec.high_offset} "
-                         f"steps, got k={k}")
+        raise UserError(f"{task} needs snippets of at least {spec.low - spec.high_offset} "
+                        f"steps, got k={k}")
     return jax.vmap(lambda i: spec.mask(i, k))(spec.indices(k))
