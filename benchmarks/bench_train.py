@@ -98,6 +98,11 @@ def benchmark_model(layers, d_model, heads, batch, context, precision="fp32"):
     return AD(config, 5, 81), train_config
 
 
+#: Set by `benchmarks/profile_train.py`: after timing, `_time_calls` traces one more call with
+#: the JAX profiler into this directory and writes the compiled program's HLO text beside it.
+TRACE_DIR: str | None = None
+
+
 def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=None):
     """Seconds per jitted call of `train_config.steps_per_call` steps (compile excluded), and
     the final state. `num_replicas` > 0: that many vmapped replicas (`hyper` per replica)."""
@@ -119,7 +124,15 @@ def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=No
     for _ in range(calls):
         state, metrics = train_steps(state, data, seed, hyper)
     jax.block_until_ready(metrics)
-    return (time.perf_counter() - start) / calls, state
+    seconds = (time.perf_counter() - start) / calls
+    if TRACE_DIR is not None:
+        os.makedirs(TRACE_DIR, exist_ok=True)
+        with open(os.path.join(TRACE_DIR, "step.hlo"), "w") as f:
+            f.write(train_steps.lower(state, data, seed, hyper).compile().as_text())
+        with jax.profiler.trace(TRACE_DIR, create_perfetto_trace=True):
+            state, metrics = train_steps(state, data, seed, hyper)
+            jax.block_until_ready(metrics)
+    return seconds, state
 
 
 def _throughput(seconds_per_call, state, steps, batch, context, layers, d_model, replicas=1):

@@ -1,0 +1,119 @@
+"""Where a training step's time goes: one jitted call of a `bench_train.py` row traced with the
+JAX profiler, each executed XLA operation's time attributed to the model part that made it
+(from the `op_name` metadata the compiled program keeps), forward and backward apart.
+
+    python benchmarks/profile_train.py [--row main_job] [--tree DIR] [--write]
+
+The categories are read off the names of our modules (`attention`, `mlp`, `Dropout`, `ngram_`,
+`norm`, `tokens`, ...), so the table says which part of the model to speed up. An operation
+counts where XLA's metadata puts it: the backward pass of a residual dropout, for instance, also
+holds the layout copies of the gradient that flows through it. With `--write`
+the table goes to benchmarks/RESULTS.md (one section per row and checkout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+
+import bench_train as B  # this directory; it also puts the measured checkout on sys.path
+from results import write_section
+
+#: (category, pattern in the operation's op_name), first match wins.
+CATEGORIES = (
+    ("attention: scores, softmax, weighted sum", r"/attention/(?!qkv|out/)"),
+    ("attention: qkv and output projections", r"/attention/(qkv|out)/"),
+    ("n-gram layer", r"/ngram_"),
+    ("feed-forward (MLP)", r"/mlp"),
+    ("dropout (random bits, masks)", r"Dropout|bernoulli|threefry|random_bits"),
+    ("layer norms", r"norm"),
+    ("step tokens (embeddings)", r"/tokens/"),
+    ("action head and loss", r"action_head|cross_entropy|log_softmax|logsumexp"),
+    ("optimiser (AdamW, clipping)", r"adam|clip|scale_by|optax|chain"),
+    ("window sampling", r"sample|dynamic_slice|gather"),
+)
+
+
+def operation_metadata(hlo: str) -> dict[str, str]:
+    """Instruction name -> its op_name (the JAX source path), from compiled HLO text."""
+    out = {}
+    for line in hlo.splitlines():
+        match = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = \S+ [\w\-]+\(", line)
+        if match:
+            op_name = re.search(r'op_name="([^"]+)"', line)
+            out[match.group(1)] = op_name.group(1) if op_name else ""
+    return out
+
+
+def category(op_name: str) -> str:
+    for name, pattern in CATEGORIES:
+        if re.search(pattern, op_name):
+            return name
+    return "other (loop, copies, unattributed)"
+
+
+def profile(row: str, trace_dir: str) -> tuple[dict, float, dict]:
+    """Trace one call of `row`; returns ({(category, pass): microseconds}, total, the row's
+    throughput)."""
+    B.TRACE_DIR = trace_dir
+    result = B.ROWS_BEFORE_AFTER[row][1](2)
+    metadata = operation_metadata(open(os.path.join(trace_dir, "step.hlo")).read())
+    trace = sorted(glob.glob(os.path.join(trace_dir, "**", "*perfetto_trace.json.gz"),
+                             recursive=True))[-1]
+    events = json.load(gzip.open(trace))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    times = collections.Counter()
+    for event in events:
+        name = event.get("name", "")
+        if event.get("ph") != "X" or name not in metadata:  # XLA operations only
+            continue
+        op_name = metadata[name]
+        backward = "transpose(jvp(" in op_name  # JAX names the backward pass's operations so
+        times[(category(op_name), "backward" if backward else "forward")] += event["dur"]
+    return times, sum(times.values()), result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--row", default="main_job", choices=tuple(B.ROWS_BEFORE_AFTER))
+    parser.add_argument("--tree", default=B.ROOT, help="the checkout measured (bench_train.py)")
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as trace_dir:
+        times, total, result = profile(args.row, trace_dir)
+    by_category = collections.Counter()
+    for (name, _), microseconds in times.items():
+        by_category[name] += microseconds
+    rows = [f"| {name} | {100 * by_category[name] / total:.0f}% "
+            f"| {100 * times[(name, 'forward')] / total:.0f}% "
+            f"| {100 * times[(name, 'backward')] / total:.0f}% |"
+            for name, _ in by_category.most_common()]
+    commit = os.popen(f"git -C {args.tree} rev-parse --short HEAD").read().strip()
+    heading = f"## Where the training step's time goes: {args.row} at {commit}"
+    section = "\n".join([
+        heading, "",
+        f"Command: `python benchmarks/profile_train.py --row {args.row}"
+        f"{'' if args.tree == B.ROOT else ' --tree <worktree of ' + commit + '>'} --write`. "
+        f"{B.ROWS_BEFORE_AFTER[args.row][0]}; one jitted call traced with the JAX profiler "
+        f"on {os.cpu_count()} CPU cores (load average {os.getloadavg()[0]:.1f}); each XLA "
+        f"operation's time is attributed by its `op_name` (`CATEGORIES`). Executed operations "
+        f"took {total / 1e3:,.0f} ms in the traced call; untraced throughput "
+        f"{result['tokens_per_s']:,.0f} tokens/s.",
+        "",
+        "| part of the step | share | forward | backward |",
+        "| --- | --- | --- | --- |",
+        *rows, ""])
+    print(section)
+    if args.write:
+        write_section(heading, section)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
