@@ -40,7 +40,7 @@ TREE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else ROOT
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from results import write_section  # noqa: E402  # benchmarks/results.py (this script's directory)
+from results import table_section  # noqa: E402  # benchmarks/results.py (this script's directory)
 
 sys.path.insert(0, TREE)
 
@@ -333,8 +333,8 @@ def before_after(args) -> None:
         fmt = lambda rs: " / ".join(f"{r['tokens_per_s']:,.0f} ({100 * r['mfu']:.0f}%)" for r in rs)  # noqa: E731
         lines.append(f"| {ROWS_BEFORE_AFTER[name][0]} | {fmt(runs['old'])} | {fmt(runs['new'])} "
                      f"| {median['new'] / median['old']:.2f}x |")
-    section = "\n".join([
-        BEFORE_AFTER_HEADING, "",
+    table_section(
+        BEFORE_AFTER_HEADING,
         f"Command: `python benchmarks/bench_train.py --old <worktree of {commit(args.old)}> "
         f"--repeats {args.repeats} --write`, this checkout at {commit(ROOT)} (plus uncommitted "
         f"changes, if any). Device: {jax.devices()[0].platform}, {os.cpu_count()} cores; load "
@@ -343,14 +343,7 @@ def before_after(args) -> None:
         "process measures its own 4096x4096 float32 matmul peak right before its model, and MFU "
         "(in brackets) is its model FLOP/s (6N + 12·L·d·T a token) over that peak. Ratio: new / old "
         "median tokens/s.",
-        "",
-        "| model | before: tokens/s (MFU) | after: tokens/s (MFU) | ratio |",
-        "| --- | --- | --- | --- |",
-        *lines, ""])
-    print(section)
-    if args.write:
-        write_section(BEFORE_AFTER_HEADING, section)
-
+        ["model", "before: tokens/s (MFU)", "after: tokens/s (MFU)", "ratio"], lines, args.write)
 
 def main():
     parser = argparse.ArgumentParser()
@@ -397,6 +390,11 @@ def main():
         rows.append(_row(name, f"{layers}x{d}, {heads} heads", f"{batch}x{context}",
                          f"{r['params']:,}", r, peak))
         print(rows[-1], flush=True)
+        if name.startswith("small"):  # the README's first command, the same shapes
+            r = measure_main_job(3 if device.platform == "cpu" else 20, args.precision)
+            rows.append(_row("main job `ad/darkroom.py:quick` (+1-gram layer, dropout 0.1)",
+                             "2x64, 4 heads", "64x100", f"{r['params']:,}", r, peak))
+            print(rows[-1], flush=True)
     # The Uni[MASK] quick grid: 10 regimes x 3 seeds trained as vmapped replicas.
     r = measure_unimask(30, 3 if device.platform == "cpu" else 20, args.precision)
     rows.append(_row("Uni[MASK] DoorKey quick grid (30 vmapped replicas)", "2x64, 4 heads",
@@ -414,9 +412,8 @@ def main():
     except (OSError, StopIteration):
         pass
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    section = "\n".join([
+    table_section(
         HEADING,
-        "",
         f"Device: {device.platform} `{kind}` x{jax.device_count()}; host CPU {cpu}, "
         f"{os.cpu_count()} cores. Command: `python benchmarks/bench_train.py"
         f"{' --quick' if args.quick else ''}{' --precision bf16' if args.precision == 'bf16' else ''}"
@@ -428,16 +425,8 @@ def main():
         f"{os.getloadavg()[0]:.1f} (other jobs share these cores; compare rows, not runs). "
         f"MFU = model FLOP/s / peak, peak {peak / 1e9 if peak else 0:,.1f} GFLOP/s "
         f"({peak_source}).",
-        "",
-        "| model | layers x width | batch x context | params | tokens/s | steps/s | model GFLOP/s | MFU |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        *rows,
-        "",
-    ])
-    print(section)
-    if args.write:
-        write_section(HEADING, section)
-
+        ["model", "layers x width", "batch x context", "params", "tokens/s", "steps/s",
+         "model GFLOP/s", "MFU"], rows, args.write)
 
 HEADLESS_HEADING = "## Headless-AD at the paper's bandit scale (steps/s)"
 
@@ -454,8 +443,8 @@ def headless_paper(args) -> None:
         rows.append(f"| {batch} | {r['steps_per_s']:.3f} | {1 / r['steps_per_s']:.2f} | "
                     f"{r['tokens_per_s']:,.0f} | {r['params']:,} | {mfu} |")
         print(rows[-1], flush=True)
-    section = "\n".join([
-        HEADLESS_HEADING, "",
+    table_section(
+        HEADLESS_HEADING,
         f"Device: {device.platform} `{device.device_kind}` x{jax.device_count()}, "
         f"{os.cpu_count()} cores. Command: `python benchmarks/bench_train.py --headless-paper "
         f"--write`. `experiments/headless_ad/bernoulli_bandit.py` at paper scale (4 layers, d 512, "
@@ -464,14 +453,7 @@ def headless_paper(args) -> None:
         f"action-set prompt is not counted); MFU against "
         + (f"a 4096x4096 float32 matmul measured here ({peak / 1e9:.1f} GFLOP/s)" if peak
            else "no known peak") + f". Load average when it finished: {os.getloadavg()[0]:.1f}.",
-        "",
-        "| batch | steps/s | s/step | tokens/s | params | MFU |",
-        "| --- | --- | --- | --- | --- | --- |",
-        *rows, ""])
-    print(section)
-    if args.write:
-        write_section(HEADLESS_HEADING, section)
-
+        ["batch", "steps/s", "s/step", "tokens/s", "params", "MFU"], rows, args.write)
 
 if __name__ == "__main__":
     main()

@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 import bench_train as B  # this directory; it also puts the measured checkout on sys.path
-from results import write_section
+from results import table_section
 
 #: (category, pattern in the operation's op_name), first match wins.
 CATEGORIES = (
@@ -97,8 +97,8 @@ def main():
             for name, _ in by_category.most_common()]
     commit = os.popen(f"git -C {args.tree} rev-parse --short HEAD").read().strip()
     heading = f"## Where the training step's time goes: {args.row} at {commit}"
-    section = "\n".join([
-        heading, "",
+    table_section(
+        heading,
         f"Command: `python benchmarks/profile_train.py --row {args.row}"
         f"{'' if args.tree == B.ROOT else ' --tree <worktree of ' + commit + '>'} --write`. "
         f"{B.ROWS_BEFORE_AFTER[args.row][0]}; one jitted call traced with the JAX profiler "
@@ -106,14 +106,7 @@ def main():
         f"operation's time is attributed by its `op_name` (`CATEGORIES`). Executed operations "
         f"took {total / 1e3:,.0f} ms in the traced call; untraced throughput "
         f"{result['tokens_per_s']:,.0f} tokens/s.",
-        "",
-        "| part of the step | share | forward | backward |",
-        "| --- | --- | --- | --- |",
-        *rows, ""])
-    print(section)
-    if args.write:
-        write_section(heading, section)
-
+        ["part of the step", "share", "forward", "backward"], rows, args.write)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,3 +20,15 @@ def write_section(heading: str, text: str, path: str = RESULTS) -> None:
         new = old.rstrip("\n") + "\n\n" + text
     with open(path, "w") as f:
         f.write(new.rstrip("\n") + "\n")
+
+
+def table_section(heading: str, prose: str, columns: list[str], rows: list[str],
+                  write: bool) -> str:
+    """A `## ` section: `prose` (what was measured, how, on what), then a Markdown table with
+    `columns` and the already formatted `rows`; printed, and written to RESULTS.md if `write`."""
+    section = "\n".join([heading, "", prose, "", "| " + " | ".join(columns) + " |",
+                         "|" + " --- |" * len(columns), *rows, ""])
+    print(section)
+    if write:
+        write_section(heading, section)
+    return section
