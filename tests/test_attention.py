@@ -85,3 +85,32 @@ def test_prefix_causal_blocks_equal_full_attention(prefix):
     got = dot_product_attention(q, k, v, mask, causal_from=prefix)
     valid = np.asarray(mask.any(-1))[:, 0]  # padded prompt queries attend to nothing
     np.testing.assert_allclose(np.asarray(got)[valid], np.asarray(expected)[valid], atol=1e-5)
+
+
+def test_block_path_applies_attention_dropout_to_every_block():
+    """`dropout` sees each block's weights; an elementwise map that keeps zeros (as dropout
+    does) gives the same result blocked and whole."""
+    length = 2 * CAUSAL_QUERY_BLOCK
+    q, k, v = jax.random.normal(jax.random.PRNGKey(5), (3, 1, length, 2, 8))
+    mask = jnp.tril(jnp.ones((1, 1, length, length), bool))
+    seen = []
+
+    def double(weights):
+        seen.append(weights.shape)
+        return 2.0 * weights
+    blocked = dot_product_attention(q, k, v, mask, causal_from=0, dropout=double)
+    assert seen == [(1, 2, 64, 64), (1, 2, 64, 128)]
+    np.testing.assert_allclose(blocked, 2.0 * _reference(q, k, v, mask), atol=1e-5)
+
+
+def test_attention_dropout_trains_and_is_off_when_deterministic():
+    from icrl_jax.models.attention import MultiHeadAttention
+    layer = MultiHeadAttention(num_heads=2, dropout_rate=0.5)
+    x = jax.random.normal(jax.random.PRNGKey(6), (2, CAUSAL_QUERY_BLOCK + 6, 8))
+    mask = jnp.tril(jnp.ones((1, 1, x.shape[1], x.shape[1]), bool))
+    params = layer.init(jax.random.PRNGKey(7), x, mask, None, True)
+    apply = lambda det, key: layer.apply(params, x, mask, None, det, causal_from=0,  # noqa: E731
+                                         rngs={"dropout": jax.random.PRNGKey(key)})
+    np.testing.assert_array_equal(apply(True, 0), apply(True, 1))
+    assert not np.allclose(apply(False, 0), apply(False, 1))
+    assert not np.allclose(apply(False, 0), apply(True, 0))

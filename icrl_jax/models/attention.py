@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -51,7 +54,8 @@ CAUSAL_QUERY_BLOCK = 64
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                          causal_from: int | None = None) -> jax.Array:
+                          causal_from: int | None = None,
+                          dropout: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
     """softmax(q k^T / sqrt(Dh)) v over the keys `mask` allows: q `(B, T, H, Dh)`, k and v
     `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, T, H, Dh)`, through cuDNN where
     `attention_implementation` picks it (a configuration cuDNN rejects falls back), else
@@ -64,17 +68,22 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     same result (those keys' weights are exp(-inf) = 0), with 25% (T = 100) to 40% (T = 200)
     less attention work and smaller score tensors (the quick model's step 1.2x on a CPU:
     benchmarks/RESULTS.md).
+
+    `dropout`: attention dropout, `(B, H, T', S')` weights -> dropped weights, applied to each
+    block's weights (the keys a block skips have weight 0 with or without it), so it also skips
+    a causal mask's share of the random bits (the paper-scale Headless-AD's main cost on a CPU).
     """
-    if attention_implementation(q) == "cudnn":
+    if dropout is None and attention_implementation(q) == "cudnn":
         try:
             return jax.nn.dot_product_attention(
                 q, k, v, mask=jnp.broadcast_to(mask, (q.shape[0],) + mask.shape[1:]),
                 implementation="cudnn")
         except (NotImplementedError, ValueError, TypeError):
             pass  # cuDNN rejects this shape, mask or layout at trace time
+    dropout = dropout or (lambda weights: weights)
     length = q.shape[1]
     if causal_from is None or length <= CAUSAL_QUERY_BLOCK:
-        return attend(attention_weights(q, k, mask), v)
+        return attend(dropout(attention_weights(q, k, mask)), v)
     if k.shape[1] != length:
         raise ValueError(f"causal attention needs as many keys as queries, got {k.shape[1]} "
                          f"keys for {length} queries")
@@ -82,7 +91,8 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     ends = [end for end in range(size, length, size) if end > causal_from] + [length]
     starts = [0] + ends[:-1]
     return jnp.concatenate([
-        attend(attention_weights(q[:, lo:hi], k[:, :hi], mask[:, :, lo:hi, :hi]), v[:, :hi])
+        attend(dropout(attention_weights(q[:, lo:hi], k[:, :hi], mask[:, :, lo:hi, :hi])),
+               v[:, :hi])
         for lo, hi in zip(starts, ends)], axis=1)
 
 
@@ -110,8 +120,8 @@ class MultiHeadAttention(nn.Module):
     """Multi-head self-attention, optionally a Mixture of Attention heads (MoA).
 
     Uses `dot_product_attention` (cuDNN flash attention on GPUs where available, XLA
-    elsewhere). When attention dropout is active or the attention weights are requested, it
-    computes the softmax explicitly, since the fused kernel exposes neither.
+    elsewhere; with attention dropout, our own softmax, since the fused kernel has none). When
+    the attention weights are requested, it computes the whole `(B, H, T, S)` softmax.
 
     MoA (`mixture`, Zhang et al. 2022; GPT-DTMA Eq. 4 and Fig. 5): a linear gate on each token
     gives a softmax over the heads, and head i's output is scaled by its gate before the output
@@ -166,15 +176,16 @@ class MultiHeadAttention(nn.Module):
             k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
             v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
 
-        if return_weights or (self.dropout_rate > 0.0 and not deterministic):
-            # The fused kernel exposes neither the weights nor a dropout on them.
+        dropout = None
+        if self.dropout_rate > 0.0 and not deterministic:
+            dropout = functools.partial(nn.Dropout(self.dropout_rate), deterministic=False)
+        if return_weights:
             weights = attention_weights(q, k, mask)
-            dropped = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
-            out = attend(dropped, v)
+            out = attend(weights if dropout is None else dropout(weights), v)
         else:
             weights = None
             out = dot_product_attention(q, k, v, mask,
-                                        None if kv_cache is not None else causal_from)
+                                        None if kv_cache is not None else causal_from, dropout)
         if self.mixture:
             gates = jax.nn.softmax(nn.Dense(self.num_heads, kernel_init=nn.initializers.zeros,
                                             name="gate")(x).astype(jnp.float32), axis=-1)
