@@ -49,6 +49,19 @@ def attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.where(mask.any(-1, keepdims=True), weights, 0.0)
 
 
+def _cudnn_attention(q, k, v, mask) -> jax.Array | None:
+    """cuDNN's fused attention where `attention_implementation` picks it; None where it does
+    not, or where cuDNN rejects the shape, mask or layout at trace time."""
+    if attention_implementation(q) != "cudnn":
+        return None
+    try:
+        return jax.nn.dot_product_attention(
+            q, k, v, mask=jnp.broadcast_to(mask, (q.shape[0],) + mask.shape[1:]),
+            implementation="cudnn")
+    except (NotImplementedError, ValueError, TypeError):
+        return None
+
+
 #: Query block of causal attention (`dot_product_attention(..., causal=True)`).
 CAUSAL_QUERY_BLOCK = 64
 
@@ -73,13 +86,9 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     block's weights (the keys a block skips have weight 0 with or without it), so it also skips
     a causal mask's share of the random bits (the paper-scale Headless-AD's main cost on a CPU).
     """
-    if dropout is None and attention_implementation(q) == "cudnn":
-        try:
-            return jax.nn.dot_product_attention(
-                q, k, v, mask=jnp.broadcast_to(mask, (q.shape[0],) + mask.shape[1:]),
-                implementation="cudnn")
-        except (NotImplementedError, ValueError, TypeError):
-            pass  # cuDNN rejects this shape, mask or layout at trace time
+    fused = _cudnn_attention(q, k, v, mask) if dropout is None else None
+    if fused is not None:
+        return fused
     dropout = dropout or (lambda weights: weights)
     length = q.shape[1]
     if causal_from is None or length <= CAUSAL_QUERY_BLOCK:
