@@ -666,6 +666,7 @@ def data_size_report(paths: list[str], out: str) -> dict[str, str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     table = data_size_table(load_heatmaps(paths))
     os.makedirs(out, exist_ok=True)
@@ -688,8 +689,8 @@ def data_size_report(paths: list[str], out: str) -> dict[str, str]:
                         capsize=2, label=label, color=f"C{i}")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xticks(sizes, [str(int(s)) for s in sizes])
-        ax.minorticks_off()
         ax.set_title(task.replace("_", " "), fontsize=9)
         ax.set_xlabel("training trajectories", fontsize=8)
         ax.grid(alpha=0.3)
@@ -727,5 +728,8 @@ def _data_size_markdown(table: dict[str, Any]) -> str:
     for size, claims in table["claims"].items():
         for name, claim in claims.items():
             ratios = claim.get("ratio_per_task") or claim.get("finetune_vs_single")
-            lines.append(f"- {size} trajectories, {name}: holds={claim['holds']}; {ratios}")
+            shown = ", ".join(f"{task} " + (" vs ".join(f"{v:.3g}" for v in value)
+                                            if isinstance(value, list) else f"{value:.3g}")
+                              for task, value in ratios.items())
+            lines.append(f"- {size} trajectories, {name}: holds={claim['holds']}; {shown}")
     return "\n".join(lines) + "\n"
