@@ -212,14 +212,35 @@ def test_medium_snapshot_targets_a_third_of_the_normalised_score():
     the raw return (180) is below random, and the old rule picked the worst snapshot."""
     from icrl_jax.data.builders import medium_snapshot
     chunk_returns = [-np.inf, 150.0, 230.0, 310.0, 345.0, 420.0, 500.0, 540.0]
-    idx, target = medium_snapshot(chunk_returns, 240.0, 540.0, 1 / 3)
+    idx, target, scores = medium_snapshot(chunk_returns, 240.0, 540.0, 1 / 3)
     assert target == pytest.approx(340.0)
     assert idx == 4  # 345, the first to reach 340 and the closest
+    assert scores == chunk_returns[:5]  # the candidates: up to the first to reach it
     # The closest among those up to the first that reaches the target: 338 (2 away) over 360
     # (20 away); 341 comes after the first to reach it, so is not a candidate.
-    idx, _ = medium_snapshot([100.0, 338.0, 360.0, 341.0], 240.0, 540.0, 1 / 3)
+    idx, _, _ = medium_snapshot([100.0, 338.0, 360.0, 341.0], 240.0, 540.0, 1 / 3)
     assert idx == 1
     # No snapshot reaches the target: the closest of all.
     assert medium_snapshot([100.0, 200.0, 300.0], 240.0, 540.0, 1 / 3)[0] == 2
     # Random 0: the old rule's third of the expert's return.
-    assert medium_snapshot([10.0, 90.0, 300.0], 0.0, 300.0, 1 / 3) == (1, pytest.approx(100.0))
+    assert medium_snapshot([10.0, 90.0, 300.0], 0.0, 300.0, 1 / 3)[:2] == (1, pytest.approx(100.0))
+
+
+def test_medium_snapshot_scores_candidates_by_their_own_return():
+    """Training episodes lag the agent (a halfcheetah episode spans several chunks, and a chunk
+    may end none: -inf), so each candidate up to the first training crossing is scored by its own
+    rollouts; a snapshot after that crossing is never evaluated."""
+    from icrl_jax.data.builders import medium_snapshot
+    chunk_returns = [-np.inf, -np.inf, 150.0, -np.inf, 260.0, 345.0, 420.0]
+    own = {0: 20.0, 1: 180.0, 2: 335.0, 3: 390.0, 4: 430.0, 5: 470.0}
+    asked = []
+
+    def evaluate(i):
+        asked.append(i)
+        return own[i]
+
+    idx, target, scores = medium_snapshot(chunk_returns, 240.0, 540.0, 1 / 3, evaluate)
+    assert target == pytest.approx(340.0) and asked == [0, 1, 2, 3, 4, 5]
+    assert idx == 2 and scores == [own[i] for i in range(6)]  # 335: 5 from the target
+    # By training returns alone the lagging episodes would have picked snapshot 5.
+    assert medium_snapshot(chunk_returns, 240.0, 540.0, 1 / 3)[0] == 5

@@ -275,9 +275,11 @@ class LocomotionData(Minari):
     3. Medium: the target is `data.medium_fraction` (D4RL: about a third) of the way from the
        random to the expert return on the normalised scale (`random + f * (expert - random)`,
        so a normalised score of 100 f; a third of the raw return can lie below random, e.g.
-       walker2d's alive bonus); of the snapshots up to the first whose training episodes (the
-       last <= 10 updates of its chunk) average at least the target, the one closest to it
-       (`medium_snapshot`);
+       walker2d's alive bonus); the candidates are the snapshots up to the first whose training
+       episodes (the last <= 10 updates of its chunk) average at least the target, and each
+       candidate's own return (the first episode of `MEDIUM_EVAL_STREAMS` rollouts) picks the
+       one closest to it (`medium_snapshot`). Training episodes lag the agent: a 1000-step
+       halfcheetah episode spans about three chunks, so its return is that of older agents;
        `medium` is that policy's sampled actions on `num_train_tasks` streams x `num_steps`
        steps, `medium-replay` the training experience up to that snapshot, `medium-expert`
        medium plus as many steps of the expert.
@@ -329,8 +331,10 @@ class LocomotionData(Minari):
             state, out = ppo.run(state, chunk, True)
             logs.append(jax.device_get(out))
             snapshots.append(jax.device_get(P.agent_of(state)))
-            print(f"ppo: {(c + 1) * chunk * ppo.steps_per_update} steps, return "
-                  f"{_recent_return(logs[-1]):.1f}", flush=True)
+            recent = _recent_return(logs[-1])
+            print(f"ppo: {(c + 1) * chunk * ppo.steps_per_update} steps, " + (
+                f"return {recent:.1f}" if np.isfinite(recent) else "no episode ended in this "
+                "chunk's last updates"), flush=True)
         train_seconds = time.perf_counter() - start
 
         # 2. Reference returns; the expert's rollout is also medium-expert's expert half.
@@ -345,8 +349,15 @@ class LocomotionData(Minari):
 
         # 3. The medium snapshot, its rollout and the replay up to it.
         chunk_returns = [_recent_return(l) for l in logs]
-        medium_chunk, target = medium_snapshot(chunk_returns, random_ret, expert_ret,
-                                               float(data.medium_fraction))
+        eval_params = env.task_params(np.arange(MEDIUM_EVAL_STREAMS, dtype=np.int32))
+
+        def snapshot_return(i: int) -> float:
+            policy = P.ppo_policy(env, snapshots[i], ppo_config)
+            return self._rollout(env, policy, eval_params, env.episode_length,
+                                 jax.random.fold_in(jax.random.fold_in(key, 4), i))[1]
+
+        medium_chunk, target, candidate_returns = medium_snapshot(
+            chunk_returns, random_ret, expert_ret, float(data.medium_fraction), snapshot_return)
         medium_eps, medium_ret = self._rollout(
             env, P.ppo_policy(env, snapshots[medium_chunk], ppo_config), params, num_steps,
             jax.random.fold_in(key, 3))
@@ -358,6 +369,8 @@ class LocomotionData(Minari):
                                                             * ppo.steps_per_update),
                     medium_steps=int((medium_chunk + 1) * chunk * ppo.steps_per_update),
                     medium_target_return=target, medium_return=medium_ret,
+                    medium_candidate_returns=[float(r) for r in candidate_returns],
+                    medium_snapshot=int(medium_chunk),
                     expert_return=expert_ret, random_return=random_ret,
                     ppo_train_seconds=train_seconds, generation_seconds=seconds,
                     ppo_returns=np.concatenate([l["mean_return"] for l in logs]).tolist())
@@ -371,7 +384,8 @@ class LocomotionData(Minari):
                   f"{np.mean([e['rewards'].sum() for e in episodes]):.1f}")
         print(f"locomotion datasets in {seconds:.0f}s (PPO {train_seconds:.0f}s): random "
               f"{random_ret:.1f}, medium {medium_ret:.1f} (target {target:.1f}; snapshot "
-              f"{medium_chunk + 1}/{len(logs)}, training return {chunk_returns[medium_chunk]:.1f}),"
+              f"{medium_chunk + 1}/{len(logs)}, its own return {candidate_returns[medium_chunk]:.1f}, "
+              f"training return {chunk_returns[medium_chunk]:.1f}),"
               f" expert {expert_ret:.1f} -> {os.path.dirname(path)}")
 
     @staticmethod
@@ -401,16 +415,26 @@ class LocomotionData(Minari):
                                           terminated=term))
 
 
+#: Rollouts (one episode each) that measure a medium candidate's own return.
+MEDIUM_EVAL_STREAMS = 8
+
+
 def medium_snapshot(chunk_returns, random_return: float, expert_return: float,
-                    fraction: float) -> tuple[int, float]:
-    """The medium snapshot's index and its target return, `random + fraction * (expert -
-    random)` (D4RL-normalised score 100 * fraction): among the snapshots up to the first whose
-    training return reaches the target (all if none does), the one closest to it. Stopping at
-    the first that reaches it keeps medium-replay to the experience before a medium agent."""
+                    fraction: float, evaluate=None) -> tuple[int, float, list[float]]:
+    """The medium snapshot: its index, the target return `random + fraction * (expert -
+    random)` (D4RL-normalised score 100 * fraction) and the candidates' scores.
+
+    The candidates are the snapshots up to the first whose training return (`chunk_returns`,
+    -inf where no episode ended) reaches the target, all if none does: stopping there keeps
+    medium-replay to the experience before a medium agent. Each candidate is scored by
+    `evaluate(i)` (its own rollouts' return) when given, else by its training return, and the
+    one closest to the target is medium."""
     target = random_return + fraction * (expert_return - random_return)
     reached = [i for i, r in enumerate(chunk_returns) if r >= target]
     last = reached[0] if reached else len(chunk_returns) - 1
-    return int(np.argmin([abs(r - target) for r in chunk_returns[: last + 1]])), float(target)
+    scores = [float(evaluate(i)) if evaluate is not None else float(r)
+              for i, r in enumerate(chunk_returns[: last + 1])]
+    return int(np.argmin([abs(r - target) for r in scores])), float(target), scores
 
 
 def _recent_return(log) -> float:
