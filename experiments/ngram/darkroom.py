@@ -19,8 +19,9 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
                          (row, column) cell features, one 1-gram layer reading the latest match,
                          sampling at temperature 0.7) as a search: 60 training goals, 2000 updates,
                          8 assignments of Table 2's shape-preserving hyperparameters, one vmapped
-                         program of 8 replicas per method. Not yet run to the end: the 8 replicas'
-                         first 100 updates took 3.5 min on shared cores (~70 min per method).
+                         program of 8 replicas per method (22 / 20 min for n-gram / AD on 2 idle
+                         cores); `--config.sweep.num_assignments=16` adds 8 more on a rerun.
+                         Results (EMP, paired assignments) in the README.
 
 Measured on a shared 2-core CPU (held-out goals, last of 10 in-context episodes; random 0.35,
 Q-learning source 12.05, optimal 46.6): EMP at 10 assignments (`quick`) n-gram 2.08 +- 0.35 vs
