@@ -56,6 +56,8 @@ class BernoulliBanditParams(environment.EnvParams):
     means: jax.Array
     action_mask: jax.Array
     num_arms: jax.Array
+    #: float32 `(context_dim,)`, the task's fixed observation when `context_dim > 0`, else None.
+    context: jax.Array | None = None
     max_steps_in_episode: int = 1
 
 
@@ -164,20 +166,32 @@ class BernoulliBandit(_Bandit):
         different envs share one action width.
       seed: task-sampling seed.
       flip_prob: share of "train" tasks with the odd/even ranges swapped (paper: 0.05).
+      context_dim: 0 (default) or the size of a fixed random observation per task.
 
-    Observations are the constant int32 id 0 (`num_observations=1`): a bandit has no state.
+    Observations are the constant int32 id 0 (`num_observations=1`): a bandit has no state. With
+    `context_dim > 0` they are instead one float32 vector `(context_dim,)` per task, drawn as a
+    `ContextualBandit`'s contexts are and shown at every pull: a single-context contextual
+    bandit with Bernoulli rewards, on which a model trained on contextual bandits can act
+    (Headless-AD appendix D, Figure 9). The arm means are the same either way.
     """
 
     num_observations = 1
     observation_shape = ()
 
     def __init__(self, arms: int | tuple[int, int] = (4, 20), distribution: str = "train",
-                 max_arms: int | None = None, seed: int = 0, flip_prob: float = 0.05):
+                 max_arms: int | None = None, seed: int = 0, flip_prob: float = 0.05,
+                 context_dim: int = 0):
         super().__init__(arms, max_arms, seed)
         if distribution not in DISTRIBUTIONS:
             raise ValueError(f"unknown distribution {distribution!r}; valid: {DISTRIBUTIONS}")
+        if context_dim < 0:
+            raise ValueError(f"context_dim must be >= 0, got {context_dim}")
         self.distribution = distribution
         self.flip_prob = float(flip_prob)
+        self.context_dim = int(context_dim)
+        if self.context_dim:
+            self.num_observations = None
+            self.observation_shape = (self.context_dim,)
 
     @property
     def name(self) -> str:
@@ -187,14 +201,20 @@ class BernoulliBandit(_Bandit):
     def default_params(self) -> BernoulliBanditParams:
         return self.task_params(0)
 
-    def params_from_means(self, means) -> BernoulliBanditParams:
-        """Params for explicit arm means, float `(n,)` with n <= max_arms (padded and masked)."""
+    def params_from_means(self, means, context=None) -> BernoulliBanditParams:
+        """Params for explicit arm means, float `(n,)` with n <= max_arms (padded and masked),
+        and, when `context_dim > 0`, the observed context `(context_dim,)`."""
         means = jnp.asarray(means, jnp.float32)
         n = means.shape[0]
         if n > self.max_arms:
             raise ValueError(f"{n} arms exceed max_arms={self.max_arms}")
+        if self.context_dim and (context is None or np.shape(context) != (self.context_dim,)):
+            raise ValueError(f"this bandit observes a context of shape ({self.context_dim},); "
+                             f"got {None if context is None else np.shape(context)}")
         padded = jnp.zeros(self.max_arms, jnp.float32).at[:n].set(means)
-        return BernoulliBanditParams(means=padded, action_mask=self._mask(n), num_arms=jnp.int32(n))
+        return BernoulliBanditParams(
+            means=padded, action_mask=self._mask(n), num_arms=jnp.int32(n),
+            context=None if not self.context_dim else jnp.asarray(context, jnp.float32))
 
     def _task_params_one(self, task_id, distribution: str | None = None) -> BernoulliBanditParams:
         distribution = self.distribution if distribution is None else distribution
@@ -214,34 +234,45 @@ class BernoulliBandit(_Bandit):
                 high = ~high
             means = jnp.where(high, 0.5 + 0.5 * u, 0.5 * u)
         mask = self._mask(num_arms)
+        context = None
+        if self.context_dim:  # from a key of its own: the means equal those without a context
+            context = jax.random.normal(jax.random.fold_in(task_key(self.seed, task_id), 1),
+                                        (self.context_dim,)) / np.sqrt(self.context_dim)
         return BernoulliBanditParams(means=jnp.where(mask, means, 0.0), action_mask=mask,
-                                     num_arms=num_arms)
+                                     num_arms=num_arms, context=context)
 
     def expected_rewards(self, state, params) -> jax.Array:
         """Mean reward per arm, float32 `(max_arms,)`, `-inf` on masked arms."""
         return jnp.where(params.action_mask, params.means, -jnp.inf)
 
     def reset_env(self, key, params):
-        return jnp.int32(0), BanditState(time=jnp.int32(0))
+        return self.get_obs(None, params), BanditState(time=jnp.int32(0))
 
     def get_obs(self, state, params=None, key=None) -> jax.Array:
-        """The (constant) observation of any state: int32 0."""
-        return jnp.int32(0)
+        """The (constant) observation of any state: int32 0, or the task's context."""
+        if not self.context_dim:
+            return jnp.int32(0)
+        if params is None or params.context is None:
+            raise ValueError("a BernoulliBandit with context_dim > 0 observes its params' context; "
+                             "use params from this env's task_params")
+        return params.context.astype(jnp.float32)
 
     def step_env(self, key, state, action, params):
         reward = (jax.random.uniform(key) < params.means[action]).astype(jnp.float32)
-        return (jnp.int32(0), BanditState(time=state.time + 1), reward, jnp.bool_(True),
-                {"discount": jnp.float32(0.0)})
+        return (self.get_obs(state, params), BanditState(time=state.time + 1), reward,
+                jnp.bool_(True), {"discount": jnp.float32(0.0)})
 
     @partial(jax.jit, static_argnames=("self",))
     def transition(self, key, state, action, params):
         # Every pull ends its episode and the reset state is constant, so: one uniform, one gather.
         reward = (jax.random.uniform(key) < params.means[action]).astype(jnp.float32)
-        obs, done, not_trunc = jnp.int32(0), jnp.bool_(True), jnp.bool_(False)
+        obs, done, not_trunc = self.get_obs(state, params), jnp.bool_(True), jnp.bool_(False)
         return (obs, BanditState(time=jnp.zeros_like(state.time)), reward, done, not_trunc,
                 _one_step_info(obs, done, not_trunc))
 
-    def observation_space(self, params=None) -> spaces.Discrete:
+    def observation_space(self, params=None) -> spaces.Discrete | spaces.Box:
+        if self.context_dim:
+            return spaces.Box(-jnp.inf, jnp.inf, self.observation_shape, jnp.float32)
         return spaces.Discrete(1)
 
 

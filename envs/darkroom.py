@@ -252,19 +252,38 @@ def split_actions(seed: int = 0, num_train: int = 50, k: int = 3) -> tuple[np.nd
     return perm[:num_train], perm[num_train:]
 
 
+def distance_split(seed: int = 0, k: int = 3, test_distance: int = 2
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Headless-AD appendix F's split by move distance: the test actions are those whose
+    endpoint lies `test_distance` cells (Manhattan, in open space) from where they start, the
+    train actions all others (k = 3: 89 of distance 0, 1 or 3 / 36 of distance 2), so no test
+    action reaches a displacement that some train action also reaches. Both keep the order of a
+    seeded permutation; int32 `(n_train,)`, `(n_test,)`."""
+    distance = np.abs(np.asarray(_MOVE_DELTAS)[composite_actions(k)].sum(1)).sum(-1)
+    perm = np.random.default_rng(seed).permutation(5 ** k).astype(np.int32)
+    return perm[distance[perm] != test_distance], perm[distance[perm] == test_distance]
+
+
 HEADLESS_AD_ACTION_SETS = ("train", "permuted_train", "sliced_test", "test", "all")
+#: How the composite actions split into train and test: seeded at random, 50 / 75 (section 4.3),
+#: or by move distance (appendix F, Figure 12).
+ACTION_SPLITS = ("random", "distance")
 
 
-def headless_ad_action_sets(seed: int = 0, k: int = 3) -> dict[str, np.ndarray]:
+def headless_ad_action_sets(seed: int = 0, k: int = 3, split: str = "random"
+                            ) -> dict[str, np.ndarray]:
     """The five Headless-AD action sets (composite ids, int32 1-d arrays), from one seed.
 
-    train: 50 ids; permuted_train: the same 50 reordered (seeded); sliced_test: first 50 of test;
-    test: 75 ids; all: train followed by test (125).
+    train: 50 ids ("random") or 89 ("distance"); permuted_train: the same reordered (seeded);
+    sliced_test: the first len(train) of test (all of them when fewer); test: 75 or 36 ids;
+    all: train followed by test (125).
     """
-    train, test = split_actions(seed, 50, k)
+    if split not in ACTION_SPLITS:
+        raise ValueError(f"unknown action split {split!r}; valid: {ACTION_SPLITS}")
+    train, test = split_actions(seed, 50, k) if split == "random" else distance_split(seed, k)
     permuted = np.random.default_rng([seed, 1]).permutation(train).astype(np.int32)
-    return {"train": train, "permuted_train": permuted, "sliced_test": test[:50], "test": test,
-            "all": np.concatenate([train, test])}
+    return {"train": train, "permuted_train": permuted, "sliced_test": test[:len(train)],
+            "test": test, "all": np.concatenate([train, test])}
 
 
 class CompositeDarkRoom(_Grid):
@@ -274,7 +293,9 @@ class CompositeDarkRoom(_Grid):
       size: grid side (9). k: atomic moves per action (3 -> 125 actions).
       episode_length: steps per episode (20).
       max_actions: padded action count (default 5**k).
-      action_split_seed: seed of the 50/75 train/test action split used by named action sets.
+      action_split_seed: seed of the train/test action split used by named action sets.
+      action_split: "random" (50 / 75, section 4.3) or "distance" (89 / 36 by move distance,
+        appendix F); see `headless_ad_action_sets`.
       actions: the action set used when `task_params`/`params_from_actions` get none (a name such
         as "train", or composite ids); None = all 5**k in canonical order.
 
@@ -287,12 +308,15 @@ class CompositeDarkRoom(_Grid):
 
     def __init__(self, size: int = 9, k: int = 3, episode_length: int = 20,
                  max_actions: int | None = None, action_split_seed: int = 0,
-                 actions: str | Sequence[int] | None = None):
+                 actions: str | Sequence[int] | None = None, action_split: str = "random"):
         super().__init__(size, episode_length)
         self.k = int(k)
         self.all_actions = composite_actions(self.k)
         self.max_actions = len(self.all_actions) if max_actions is None else int(max_actions)
         self.action_split_seed = int(action_split_seed)
+        if action_split not in ACTION_SPLITS:
+            raise ValueError(f"unknown action_split {action_split!r}; valid: {ACTION_SPLITS}")
+        self.action_split = action_split
         self.num_tasks = self.size * self.size - 1
         self.default_actions = actions
         self._resolve_actions(actions)  # fail early on a bad default action set
@@ -310,8 +334,8 @@ class CompositeDarkRoom(_Grid):
         return self.task_params(0)
 
     def action_sets(self) -> dict[str, np.ndarray]:
-        """The five Headless-AD action sets under this env's `action_split_seed`."""
-        return headless_ad_action_sets(self.action_split_seed, self.k)
+        """The five Headless-AD action sets under this env's `action_split(_seed)`."""
+        return headless_ad_action_sets(self.action_split_seed, self.k, self.action_split)
 
     def _resolve_actions(self, actions) -> np.ndarray:
         if actions is None:

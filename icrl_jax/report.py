@@ -69,10 +69,13 @@ def collect(runs: list[dict]) -> dict:
     table = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     curves = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for run in runs:
-        family = _family(run["env"])
+        home = _family(run["env"])
         for name, result in run["variants"].items():
             if not result.get("applicable", False):
                 continue
+            # A variant on another env (a transfer) is a family of its own: "Contextual -> Bandit".
+            env = result.get("env", run["env"])
+            family = home if env == run["env"] else f"{home} -> {_family(env)}"
             table[run["label"]][family][name].append((result["score"], result["arms_used"]))
             for policy, curve in result["curves"].items():
                 key = run["label"] if policy == "model" else policy
@@ -209,11 +212,13 @@ def write_report(paths: list[str], out: str) -> dict[str, str]:
     written["table"] = os.path.join(out, "table1.md")
     with open(written["table"], "w") as f:
         f.write(text)
-    for family in ("Bandit", "Contextual"):
-        path = plot_bandit_regret(collected, family, os.path.join(
-            out, f"{family.lower()}_regret.png"))
+    for family in sorted(collected["curves"]):
+        if family.split(" -> ")[-1] not in ("Bandit", "Contextual"):
+            continue
+        name = family.lower().replace(" -> ", "_to_")
+        path = plot_bandit_regret(collected, family, os.path.join(out, f"{name}_regret.png"))
         if path:
-            written[f"{family.lower()}_regret"] = path
+            written[f"{name}_regret"] = path
     path = plot_darkroom_success(collected, os.path.join(out, "darkroom_success.png"))
     if path:
         written["darkroom_success"] = path

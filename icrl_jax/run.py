@@ -301,7 +301,8 @@ def write_eval_results(config, results: dict[str, Any], step: int | None = None
 # ---------------------------------------------------------------------------------------------
 # Evaluation over environment variants (action sets, arm counts, reward distributions) and
 # training seeds: the Headless-AD paper's tables. An experiment opts in with `config.variants`
-# (name -> dict(env=<env kwargs overrides>, actions=<action set name or "">, tasks=test|train))
+# (name -> dict(env=<env kwargs overrides>, actions=<action set name or "">, tasks=test|train,
+# optionally env_name=<another registered env>, whose kwargs are then `env` alone))
 # and `config.report` (label=<row name in tables>, num_seeds=<training seeds>).
 
 
@@ -314,7 +315,10 @@ def actions_used(actions: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
 def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
     """The model and the baselines on one variant: `score` is the model's final-step score
     (bandits) or its success (episodic), `arms_used` its distinct actions per rollout."""
-    env = build_env(config, **dict(variant.get("env", {})))
+    if variant.get("env_name"):  # another environment: its own kwargs only (Figure 9)
+        env = envs.make(variant["env_name"], **dict(variant.get("env", {})))
+    else:
+        env = build_env(config, **dict(variant.get("env", {})))
     if not method.any_action_count and env.num_actions > build_env(config).num_actions:
         return dict(applicable=False)
     tasks = eval_tasks(env, config, variant.get("tasks", "test"),
@@ -322,7 +326,7 @@ def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
     model_key, rollout_key = jax.random.split(key)
     results, curves, rollouts = rollout_and_score(config, env, method, params, tasks,
                                                   rollout_key, model_key)
-    result: dict[str, Any] = dict(applicable=True, num_envs=int(len(rollouts["model"]["rewards"])),
+    result: dict[str, Any] = dict(applicable=True, env=env.name, num_envs=int(len(rollouts["model"]["rewards"])),
                                   num_actions=float(rollouts["model"]["action_mask"].sum(-1).mean()))
     for name, rollout in rollouts.items():
         result[f"{name}_arms_used"] = float(actions_used(rollout["actions"],

@@ -173,6 +173,57 @@ def test_key_to_door_random_starts_and_tasks():
 
 # ---------------------------------------------------------------- bandits
 
+def test_composite_distance_split_separates_move_lengths():
+    """Appendix F: test actions end 2 cells (Manhattan) from their start, train actions 0, 1 or
+    3; worked by hand on named actions, and the env steps a test action 2 cells away."""
+    env = CompositeDarkRoom(action_split="distance")
+    sets = env.action_sets()
+    assert {k: len(v) for k, v in sets.items()} == {
+        "train": 89, "permuted_train": 89, "sliced_test": 36, "test": 36, "all": 125}
+    train, test = set(sets["train"].tolist()), set(sets["test"].tolist())
+    assert not train & test and len(train | test) == 125
+    assert {composite_id(UP, DOWN, NOOP), composite_id(LEFT, NOOP, NOOP),
+            composite_id(UP, UP, RIGHT), composite_id(RIGHT, RIGHT, RIGHT)} <= train
+    assert {composite_id(UP, UP, NOOP), composite_id(UP, LEFT, NOOP),
+            composite_id(DOWN, DOWN, NOOP), composite_id(RIGHT, NOOP, DOWN)} <= test
+    assert composite_id(UP, LEFT, DOWN) in train  # net one cell left
+    params = env.task_params(0, actions="test")
+    first = composite_actions(3)[sets["test"][0]]
+    _, state = env.reset(KEY, params)
+    _, moved, *_ = env.step(KEY, state, 0, params)
+    assert np.abs(np.asarray(moved.pos) - env.centre).sum() == 2, first
+    assert (envs.headless_ad_action_sets(0)["train"] == CompositeDarkRoom().action_sets()["train"]).all()
+    with pytest.raises(ValueError, match="unknown action_split 'by_length'"):
+        CompositeDarkRoom(action_split="by_length")
+
+
+def test_bernoulli_with_a_context_observes_one_fixed_vector_per_task():
+    """Appendix D: the same arm means as without a context, one fixed float context per task."""
+    plain = BernoulliBandit(arms=(4, 20), distribution="uniform")
+    env = BernoulliBandit(arms=(4, 20), distribution="uniform", context_dim=2)
+    assert env.observation_shape == (2,) and env.num_observations is None
+    assert plain.observation_shape == () and plain.num_observations == 1
+    params = env.task_params(jnp.arange(4))
+    np.testing.assert_array_equal(params.means, plain.task_params(jnp.arange(4)).means)
+    assert params.context.shape == (4, 2) and len({tuple(c) for c in np.asarray(params.context)}) == 4
+    one = jax.tree.map(lambda x: x[1], params)
+    obs, state = env.reset(KEY, one)
+    seen = [obs]
+    for t in range(3):
+        obs, state, reward, done, _, _ = env.step(jax.random.PRNGKey(t), state, t, one)
+        seen.append(obs)
+        assert bool(done) and float(reward) in (0.0, 1.0)
+    for o in seen:
+        np.testing.assert_array_equal(o, one.context)
+    explicit = env.params_from_means([0.0, 1.0], context=[0.5, -0.5])
+    _, state = env.reset(KEY, explicit)
+    obs, _, reward, *_ = env.step(KEY, state, 1, explicit)
+    np.testing.assert_array_equal(obs, [0.5, -0.5])
+    assert float(reward) == 1.0
+    with pytest.raises(ValueError, match="observes a context of shape \\(2,\\)"):
+        env.params_from_means([0.5, 0.5])
+
+
 def test_bernoulli_deterministic_arms_masks_and_regret():
     env = BernoulliBandit(arms=(4, 20))
     params = env.params_from_means([0.0, 1.0, 0.0, 1.0, 0.25])

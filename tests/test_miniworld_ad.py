@@ -125,13 +125,25 @@ class PixelRoom(MiniworldRoom):
     observation_shape = (8, 8, 3)
 
 
-def test_in_context_host_policy_acts_on_its_own_sliding_history():
+@pytest.mark.parametrize("vq_ngrams", [False, True])
+def test_in_context_host_policy_acts_on_its_own_sliding_history(vq_ngrams):
     """Greedy actions through the host policy equal the model's argmax on the window rebuilt
-    from the steps taken (prev action / reward tokens, sliding once longer than the context)."""
+    from the steps taken (prev action / reward tokens, sliding once longer than the context).
+    With n-gram layers on VQ codes, the context keeps each frame's codes beside its features
+    (coded once per frame) and the actions still equal recomputing the codes of the window."""
     length, num_envs, steps = 4, 2, 7
-    method = AD(tiny_model_config(), NUM_ACTIONS, None)
     rng = np.random.default_rng(0)
-    frames = rng.integers(0, 256, (steps, num_envs, 8, 8, 3)).astype(np.uint8)
+    if vq_ngrams:  # frames repeat, so the n-gram layers find matches
+        pool = rng.integers(0, 256, (3, 8, 8, 3)).astype(np.uint8)
+        frames = pool[rng.integers(0, 3, (steps, num_envs))]
+        vq = VQVAE(image_size=8, grid=4, num_codes=16, code_dim=4, channels=8)
+        register_ngram_ids("vq_sliding_test", vq_ngram_ids(
+            vq, jax.jit(vq.init)(jax.random.key(2), jnp.asarray(pool))["params"]))
+        config = tiny_model_config(ngram_positions=(1,), ngram_match="vq_sliding_test")
+    else:
+        frames = rng.integers(0, 256, (steps, num_envs, 8, 8, 3)).astype(np.uint8)
+        config = tiny_model_config()
+    method = AD(config, NUM_ACTIONS, None)
     rewards = rng.random((steps, num_envs)).astype(np.float32)
     example = StepWindows(jnp.asarray(frames[:length, :1].transpose(1, 0, 2, 3, 4)),
                           jnp.zeros((1, length), jnp.int32), jnp.zeros((1, length)),
@@ -141,8 +153,11 @@ def test_in_context_host_policy_acts_on_its_own_sliding_history():
     source = in_context_source(method, params, env, length, greedy=True)
     assert source.build.encoded  # the context keeps encoder features (16 per frame), not pixels
     policy = SourceOnHost(source, env)
-    assert policy.init(jax.random.key(0), num_envs)[0].window.observations.shape == (
-        num_envs, 1, length, 16)
+    stored = policy.init(jax.random.key(0), num_envs)[0].window.observations
+    if vq_ngrams:
+        assert stored["features"].shape == stored["ngram_ids"].shape == (num_envs, 1, length, 16)
+    else:
+        assert stored.shape == (num_envs, 1, length, 16)
     act = jax.jit(policy.act)
     logits_fn = jax.jit(method.context_logits)
     state = policy.init(jax.random.key(0), num_envs)
@@ -192,8 +207,8 @@ def test_vq_codes_are_ngram_ids():
     method = AD(tiny_model_config(ngram_positions=(1,), ngram_match="vq_test"), NUM_ACTIONS, None)
     model_params = jax.jit(method.init)(jax.random.key(0), window)
     assert jax.jit(method.context_logits)(model_params, window, None).shape == (1, 7, NUM_ACTIONS)
-    # ids come from the pixels, so in-context rollouts keep pixels in the context
-    assert not in_context_source(method, model_params, PixelRoom(), 7, False).build.encoded
+    # each frame's ids depend on it alone, so in-context rollouts keep them, not the pixels
+    assert in_context_source(method, model_params, PixelRoom(), 7, False).build.encoded
     with pytest.raises(ValueError, match="uint8 pixel windows"):
         get_ngram_ids("vq_test")(window.replace(observations=jnp.zeros((1, 7), jnp.int32)))
 

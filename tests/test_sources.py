@@ -56,8 +56,8 @@ def test_exact_sampler_unbatched_call():
 def test_linucb_beats_random_on_contextual_bandit():
     env = envs.make("contextual_bandit", arms=(4, 20))
     params = env.task_params(np.arange(100))
-    _, info_ucb = generate_histories(env, linucb(alpha=1.0), params, 300, jax.random.PRNGKey(0),
-                                     with_info=True)
+    _, info_ucb = generate_histories(env, linucb(env.context_dim, alpha=1.0), params, 300,
+                                     jax.random.PRNGKey(0), with_info=True)
     _, info_rand = generate_histories(env, uniform_random(), params, 300, jax.random.PRNGKey(0),
                                       with_info=True)
     assert _regret(info_ucb).mean() < 0.5 * _regret(info_rand).mean()

@@ -261,9 +261,9 @@ def test_train_pretrains_vq_then_ad_with_vq_ngrams_and_acts_in_context(tmp_path)
     params = R.load_params(config, env, method, method.training_data(store, config, env))
     assert "ngram_1_1" in params["backbone"]
 
-    # the in-context policy computes the VQ ids of its own pixel context (nothing cached)
+    # the in-context policy codes each frame once and keeps features and codes in its context
     source = in_context_source(method, params, env, context_len=8, greedy=True)
-    assert not source.build.encoded
+    assert source.build.encoded
     policy = SourceOnHost(source, env)
     act = jax.jit(policy.act)
     frames = scenes(64)[[0, 1, 0]]

@@ -102,13 +102,23 @@ def bernoulli_variants(arms: tuple[int, ...] | None = EVAL_ARMS,
     return ml_collections.ConfigDict(variants)
 
 
-def contextual_variants(arms: tuple[int, ...] | None = EVAL_ARMS,
-                        held_out: bool = True) -> ml_collections.ConfigDict:
+def contextual_variants(arms: tuple[int, ...] | None = EVAL_ARMS, held_out: bool = True,
+                        bernoulli_context_dim: int = 0) -> ml_collections.ConfigDict:
+    """Held-out contextual bandits (4-20 arms and fixed larger counts); with
+    `bernoulli_context_dim` (the training contexts' size) also Figure 9's transfer: held-out
+    Bernoulli bandits (uniform means) whose observation is one fixed random context per task."""
     variants = {}
     if held_out:
         variants["heldout_4_20"] = dict(env=dict(), tasks="test")
     for n in arms or ():
         variants[f"arms_{n}"] = dict(env=dict(arms=n, max_arms=n), tasks="test")
+    if bernoulli_context_dim:
+        bernoulli = dict(distribution="uniform", context_dim=bernoulli_context_dim)
+        variants["bernoulli_4_20"] = dict(env_name="bernoulli_bandit",
+                                          env=dict(bernoulli, arms=(4, 20)), tasks="test")
+        for n in arms or ():
+            variants[f"bernoulli_arms_{n}"] = dict(
+                env_name="bernoulli_bandit", env=dict(bernoulli, arms=n, max_arms=n), tasks="test")
     return ml_collections.ConfigDict(variants)
 
 
@@ -137,6 +147,7 @@ def darkroom_config(experiment: str, method: str, max_eval_actions: int, label: 
     config.env.kwargs.max_actions = 50
     config.env.kwargs.actions = "train"
     config.env.kwargs.action_split_seed = 0
+    config.env.kwargs.action_split = "random"  # or "distance" (appendix F, Figure 12)
     config.data.source = "q_learning"
     config.data.source_kwargs.lr = 0.9933
     config.data.source_kwargs.discount = 0.6238

@@ -1,7 +1,9 @@
 """Headless-AD on linear contextual bandits (Headless-AD 4.2, Figure 6).
 
 LinUCB histories on bandits with 4-20 arms and 2-d arm features (reward noise sigma = 1), 300
-steps. Evaluated on held-out 4-20-arm bandits and on 20, 25, 30, 40 and 50 arms.
+steps. Evaluated on held-out 4-20-arm bandits and on 20, 25, 30, 40 and 50 arms, and (appendix D,
+Figure 9) on Bernoulli bandits with as many arms, observed through one fixed random context per
+bandit (`report`'s "Contextual -> Bandit" column).
 `:quick` fits a 2-core CPU.
 """
 
@@ -55,6 +57,6 @@ def get_config(preset: str = ""):
     config.train.checkpoint_every = 1000
     config.eval.num_steps = 300
     config.eval.greedy = True  # Table 3: mode
-    config.variants = contextual_variants()
+    config.variants = contextual_variants(bernoulli_context_dim=config.env.kwargs.context_dim)
     add_report_fields(config, label="")
     return apply_preset(config, PRESETS, preset)

@@ -7,6 +7,7 @@ sliced_test, test, all) x (train, test) goals; Headless-AD is trained once, on t
 
 Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `quick_*`).
 `quick_replay`: the quick preset on episode-replay histories (see `common.DARKROOM_REPLAY`).
+`distance` / `quick_replay_distance`: the action split by move distance (appendix F, Figure 12).
 `:quick` fits a 2-core CPU.
 """
 
@@ -30,6 +31,11 @@ NORMAL = {"model.embeddings": "normal", "train.learning_rate": 6.6e-4,
           "model.residual_dropout": 3.0e-2}
 PRESETS = ablation_presets(QUICK, {"no_prompt": NO_PROMPT, "mse": MSE, "normal": NORMAL})
 PRESETS["quick_replay"] = dict(QUICK, **DARKROOM_REPLAY)
+# Appendix F (Figure 12): actions split by move distance, trained on the 89 that move 0, 1 or 3
+# cells, tested on the 36 that move 2 (no test action shares a displacement with a train one).
+DISTANCE_SPLIT = {"env.kwargs.action_split": "distance", "env.kwargs.max_actions": 89}
+PRESETS["distance"] = DISTANCE_SPLIT
+PRESETS["quick_replay_distance"] = dict(PRESETS["quick_replay"], **DISTANCE_SPLIT)
 
 
 def get_config(preset: str = ""):

@@ -151,22 +151,33 @@ class AD(InContextMethod):
 
     @property
     def caches_encoded_context(self) -> bool:
-        """In-context rollouts may keep encoder features instead of pixels in the context
-        (each frame is encoded once, not once per step it stays in the window); not with
-        n-gram layers, whose ids may be computed from the pixels."""
-        return self.model.obs_encoder is not None and self.ngram_ids is None
+        """In-context rollouts keep each frame's encoder features (and its n-gram ids, when
+        they depend on the frame alone, like VQ codes) in the context instead of its pixels:
+        each frame is encoded once, not once per step it stays in the window."""
+        return self.model.obs_encoder is not None and (
+            self.ngram_ids is None or hasattr(self.ngram_ids, "per_frame"))
 
-    def encode_observations(self, params, observations: jax.Array) -> jax.Array:
-        """uint8 `(..., H, W, C)` -> encoder features float32 `(..., E)`."""
-        return self.model.apply({"params": params}, observations, method=ADModel.encode)
+    def encode_observations(self, params, observations: jax.Array):
+        """uint8 `(..., H, W, C)` -> encoder features float32 `(..., E)`; with n-gram layers,
+        `{"features": (..., E), "ngram_ids": int32 (..., K)}`."""
+        features = self.model.apply({"params": params}, observations, method=ADModel.encode)
+        if self.ngram_ids is None:
+            return features
+        return {"features": features, "ngram_ids": self.ngram_ids.per_frame(observations)}
 
     def encoded_context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
-        """`context_logits` for a context whose observations are encoder features `(E, L, F)`."""
+        """`context_logits` for a context whose observations are `encode_observations` outputs
+        with leading dims `(E, L)`."""
         del key
         if not self.caches_encoded_context:
-            raise ValueError("encoded contexts need a pixel encoder and no n-gram layers")
-        return self.model.apply({"params": params}, context.observations, context.prev_actions,
-                                context.prev_rewards, deterministic=True, encoded=True)
+            raise ValueError("encoded contexts need a pixel encoder and n-gram ids (if any) "
+                             "computed per frame")
+        encoded = context.observations
+        features, ngram_ids = ((encoded["features"], encoded["ngram_ids"])
+                               if isinstance(encoded, dict) else (encoded, None))
+        return self.model.apply({"params": params}, features, context.prev_actions,
+                                context.prev_rewards, deterministic=True, encoded=True,
+                                ngram_ids=ngram_ids)
 
     def context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
         """Logits `(E, L, A)` for every position of an evaluation context (no dropout)."""

@@ -8,8 +8,9 @@ window shifts left by one each step. No shape changes per step, hence one compil
 whole rollout. When the whole rollout fits in the context, methods that can decode from a
 key/value cache do: one token per step, and each step is decoded exactly once.
 
-Methods with a pixel encoder (`caches_encoded_context`) keep encoder features in the context, so
-each frame goes through the CNN once instead of at each of the L steps it spends in the window.
+Methods with a pixel encoder (`caches_encoded_context`) keep encoder features (and per-frame
+n-gram ids such as VQ codes) in the context, so each frame goes through the CNN (and the VQ-VAE)
+once instead of at each of the L steps it spends in the window.
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ class ContextState:
     last_reward: jax.Array
 
 
-def empty_context(length: int, observation_example: jax.Array, action_mask: jax.Array) -> ContextState:
+def empty_context(length: int, observation_example, action_mask: jax.Array) -> ContextState:
+    """`observation_example`: what one step stores (an array, or a pytree of arrays)."""
     num_actions = action_mask.shape[-1]
-    obs = jnp.zeros((1, length) + observation_example.shape, observation_example.dtype)
+    obs = jax.tree.map(lambda x: jnp.zeros((1, length) + x.shape, x.dtype), observation_example)
     window = StepWindows(
         observations=obs,
         prev_actions=jnp.full((1, length), num_actions, jnp.int32),
@@ -62,8 +64,9 @@ def empty_context(length: int, observation_example: jax.Array, action_mask: jax.
                         jnp.zeros((), jnp.float32))
 
 
-def push_observation(context: ContextState, observation: jax.Array) -> tuple[ContextState, jax.Array]:
-    """Write the token (last action, last reward, observation); return it and its position."""
+def push_observation(context: ContextState, observation) -> tuple[ContextState, jax.Array]:
+    """Write the token (last action, last reward, observation: an array or a pytree of them);
+    return the new context and the token's position."""
     length = context.window.prev_actions.shape[1]
     full = context.filled >= length
     index = jnp.minimum(context.filled, length - 1)
@@ -74,7 +77,7 @@ def push_observation(context: ContextState, observation: jax.Array) -> tuple[Con
                                                    axis=1)
 
     window = context.window.replace(
-        observations=write(context.window.observations, observation),
+        observations=jax.tree.map(write, context.window.observations, observation),
         prev_actions=write(context.window.prev_actions, context.last_action),
         prev_rewards=write(context.window.prev_rewards, context.last_reward),
     )
@@ -139,10 +142,12 @@ class InContextPolicy:
         return self.method.caches_encoded_context
 
     def _token(self, params, observation):
-        """What the context stores for one observation: itself, or its encoder features."""
+        """What the context stores for one observation: itself, or its encoding (features, and
+        the n-gram ids of methods that compute them per frame)."""
         if not self.encoded:
             return observation
-        return self.method.encode_observations(params, observation[None])[0]
+        encoded = self.method.encode_observations(params, observation[None])
+        return jax.tree.map(lambda x: x[0], encoded)
 
     def __call__(self, params) -> Source:
         if self.cached:
@@ -156,8 +161,7 @@ class InContextPolicy:
                                     jnp.uint8 if env.pixels else
                                     jnp.int32 if env.discrete_observations else jnp.float32)
             token = jax.eval_shape(self._token, params, observation)
-            return empty_context(self.context_len, jnp.zeros(token.shape, token.dtype),
-                                 env.action_mask(env_params))
+            return empty_context(self.context_len, token, env.action_mask(env_params))
 
         def act(key, context, obs, env_state, env_params):
             del env_state, env_params

@@ -220,21 +220,27 @@ def vq_ngram_ids(model: VQVAE, params) -> Callable[..., jax.Array]:
     The returned `fn(window)` maps a window's uint8 pixel observations `(B, L, H, W, C)` to int32
     ids `(B, L, grid * grid)`: each step's 4x4 code grid, flattened. `token_equality` compares all
     components, so two steps match iff every code is equal (n-gram paper, sec. 2.3). The VQ
-    parameters are constants of the id function (pretrained, not trained with AD).
+    parameters are constants of the id function (pretrained, not trained with AD). The ids of a
+    step depend on its frame alone, so `fn.per_frame(frames (..., H, W, C)) -> (..., grid * grid)`
+    lets an in-context rollout code each frame once and keep the codes in its context.
     """
     image_shape = (model.image_size, model.image_size, model.image_channels)
+
+    def per_frame(frames: jax.Array) -> jax.Array:
+        if frames.dtype != jnp.uint8 or tuple(frames.shape[-3:]) != image_shape:
+            raise ValueError(f"the VQ-VAE takes {image_shape} images, the window holds "
+                             f"{frames.dtype} {tuple(frames.shape[-3:])} (uint8 needed)")
+        codes = jax.lax.stop_gradient(model.apply({"params": params}, frames, method=VQVAE.codes))
+        return codes.reshape(codes.shape[:-2] + (-1,))
 
     def ids(window) -> jax.Array:
         obs = window.observations
         if obs.ndim != 5 or obs.dtype != jnp.uint8:
             raise ValueError(f"VQ n-gram ids need uint8 pixel windows (B, L, H, W, C), got "
                              f"{obs.dtype}{obs.shape}")
-        if tuple(obs.shape[2:]) != image_shape:
-            raise ValueError(f"the VQ-VAE takes {image_shape} images, the window holds "
-                             f"{tuple(obs.shape[2:])}")
-        codes = jax.lax.stop_gradient(model.apply({"params": params}, obs, method=VQVAE.codes))
-        return codes.reshape(codes.shape[:2] + (-1,))
+        return per_frame(obs)
 
+    ids.per_frame = per_frame
     return ids
 
 

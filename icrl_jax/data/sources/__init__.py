@@ -98,7 +98,10 @@ def _noisy_expert(env, num_steps, **kwargs):
 #: Source name -> `builder(env, num_steps, kwargs)`; `num_steps` is the history length.
 SOURCES: dict[str, Callable[..., Source]] = {
     "thompson_sampling": lambda env, num_steps, kw: thompson_sampling(**kw),
-    "linucb": lambda env, num_steps, kw: linucb(**kw),
+    # d from the env's float observations (a contextual bandit, or a Bernoulli one with context)
+    "linucb": lambda env, num_steps, kw: linucb(
+        int(env.observation_shape[0]) if env.observation_shape and not env.discrete_observations
+        else 0, **kw),
     "q_learning": lambda env, num_steps, kw: q_learning(
         env, num_episodes=num_steps // env.episode_length, **kw),
     "noisy_oracle": lambda env, num_steps, kw: noisy_oracle(env, num_steps=num_steps, **kw),

@@ -15,22 +15,23 @@ from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import masked_argmax
 
 
-def linucb(alpha: float = 1.0, ridge: float = 1.0) -> "sources.Source":
+def linucb(context_dim: int, alpha: float = 1.0, ridge: float = 1.0) -> "sources.Source":
     """LinUCB source.
 
     Args:
+      context_dim: d, the size of the float context each step observes.
       alpha: width of the confidence bonus.
       ridge: ridge regulariser (A_a starts at ridge * I).
 
     State: (A_inv float32 `(num_arms, d, d)`, b float32 `(num_arms, d)`), updated by
     Sherman-Morrison (no matrix inverse per step). Observations must be float contexts `(d,)`.
     """
+    d = int(context_dim)
+    if d < 1:
+        raise ValueError(f"linucb needs float contexts of size >= 1, got context_dim={context_dim}")
 
     def init(key, params):
         num_arms = params.action_mask.shape[0]
-        d = params.arm_features.shape[-1] if hasattr(params, "arm_features") else None
-        if d is None:
-            raise ValueError("linucb needs contextual-bandit params with `arm_features` (for d)")
         a_inv = jnp.broadcast_to(jnp.eye(d, dtype=jnp.float32) / ridge, (num_arms, d, d))
         return a_inv, jnp.zeros((num_arms, d), jnp.float32)
 
