@@ -235,7 +235,7 @@ def vq_ngram_ids(model: VQVAE, params) -> Callable[..., jax.Array]:
 
     def ids(window) -> jax.Array:
         obs = window.observations
-        if obs.ndim != 5 or obs.dtype != jnp.uint8:
+        if obs.ndim != 5:  # per_frame checks the dtype and the image shape
             raise ValueError(f"VQ n-gram ids need uint8 pixel windows (B, L, H, W, C), got "
                              f"{obs.dtype}{obs.shape}")
         return per_frame(obs)
