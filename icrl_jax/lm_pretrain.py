@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax import train as T
-from icrl_jax.analysis.markov_heads import markov_heads
+from icrl_jax.analysis.markov_heads import markov_heads, random_basis_ratio
 from icrl_jax.data.train_data import on_device
 from icrl_jax.errors import UserError
 from icrl_jax.models.gpt2 import GPT2Config, GPT2LM, save_hf_gpt2
@@ -112,6 +112,8 @@ def pretrain(config) -> dict[str, Any]:
         validation_bits_per_byte=round(nll / np.log(2), 4),
         uniform_bits_per_byte=8.0,
         markov_heads_trained=markov_heads(params["transformer"]),
+        # What R.2 an exactly self-attending head reaches in a random basis (markov_heads.py).
+        r2_of_an_aligned_head_in_a_random_basis=round(random_basis_ratio(cfg.n_embd // cfg.n_head), 3),
         markov_heads_random_init=markov_heads(initial["transformer"]))
     with open(os.path.join(config.workdir, "lm.json"), "w") as f:
         json.dump(result, f, indent=1)

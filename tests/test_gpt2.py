@@ -99,6 +99,22 @@ def test_markov_head_test_on_hand_built_and_random_heads():
     assert max(x["r2"] for x in markov_heads(random)) < 3
 
 
+@pytest.mark.parametrize("d_model, head_dim", [(128, 32), (768, 64)])
+def test_a_self_attending_head_passes_r2_only_in_a_privileged_basis(d_model, head_dim):
+    from icrl_jax.analysis.markov_heads import markov_statistics, random_basis_ratio
+    rng = np.random.default_rng(1)
+    # W_q = W_k in a random basis: every diagonal element positive (R.1), R.2 at its bound.
+    w = rng.normal(size=(d_model, head_dim))
+    r1, r2 = markov_statistics(w @ w.T)
+    assert r1 and r2 == pytest.approx(random_basis_ratio(head_dim), rel=0.05)
+    assert r2 < 20
+    # A head whose dimensions each read one residual coordinate (plus noise): R.2 rises past it.
+    aligned = rng.normal(0, 0.1, (d_model, head_dim))
+    aligned[rng.choice(d_model, head_dim, replace=False), np.arange(head_dim)] += 3.0
+    r1, r2 = markov_statistics(aligned @ aligned.T)
+    assert r1 and r2 > 1.4 * random_basis_ratio(head_dim)
+
+
 def test_pretrain_lm_learns_bytes_and_writes_a_loadable_checkpoint(tmp_path):
     from experiments.gpt_dtma.lm import get_config
     from icrl_jax import run

@@ -8,6 +8,14 @@ For head i of a layer, A_i = W_q^i (W_k^i)^T `(D, D)`. A_i is a Markov matrix wh
 Reads our transformer's parameters (`block_{l}/attention/qkv/kernel`, `(D, 3, H, D/H)`), so it
 applies to GPT-2 loaded from Hugging Face (`models/gpt2.py`), to a locally pretrained LM and to
 any of our models, before and after fine-tuning.
+
+R.2 depends on the basis, not only on how strongly a head attends to its own token. A head
+with W_q = W_k = W `(D, Dh)` in a random orthonormal basis (the most self-attending head a
+rotation-invariant model can hold) has mean |diag| = E||w_d||^2 and mean |off-diag| =
+E|<w_d, w_f>|, so R.2 ~= sqrt(pi Dh / 2) (`random_basis_ratio`): 7.1 for Dh = 32, 10.0 for
+Dh = 64, below r = 20 whatever the training. Ratios above it need heads whose W_q, W_k rows
+line up with the residual stream's coordinates (a privileged basis), as GPT-2 small's layer-0
+heads do (paper Table 2: 23-30 at Dh = 64).
 """
 
 from __future__ import annotations
@@ -23,6 +31,12 @@ def head_matrices(qkv_kernel: np.ndarray) -> np.ndarray:
     """`(D, 3, H, Dh)` fused kernel -> A_i = W_q^i (W_k^i)^T for every head, `(H, D, D)`."""
     kernel = np.asarray(qkv_kernel, np.float64)
     return np.einsum("dhe,fhe->hdf", kernel[:, 0], kernel[:, 1])
+
+
+def random_basis_ratio(head_dim: int) -> float:
+    """R.2 of W W^T for a `(D, head_dim)` W with i.i.d. Gaussian entries: sqrt(pi Dh / 2)
+    (diagonal Dh s^2 against E|N(0, Dh s^4)| = s^2 sqrt(2 Dh / pi) off it), for any D."""
+    return float(np.sqrt(np.pi * head_dim / 2))
 
 
 def markov_statistics(matrix: np.ndarray) -> tuple[bool, float]:
