@@ -113,7 +113,8 @@ def pretrain(config) -> dict[str, Any]:
         uniform_bits_per_byte=8.0,
         markov_heads_trained=markov_heads(params["transformer"]),
         # What R.2 an exactly self-attending head reaches in a random basis (markov_heads.py).
-        r2_of_an_aligned_head_in_a_random_basis=round(random_basis_ratio(cfg.n_embd // cfg.n_head), 3),
+        r2_of_an_aligned_head_in_a_random_basis=round(
+            random_basis_ratio(cfg.n_embd // cfg.n_head), 3),
         markov_heads_random_init=markov_heads(initial["transformer"]))
     with open(os.path.join(config.workdir, "lm.json"), "w") as f:
         json.dump(result, f, indent=1)
