@@ -59,6 +59,8 @@ class EnvSpec:
     grid_size: int | None = None
     #: Whether `expert_action(state, params)` gives a privileged expert's action.
     has_oracle: bool = False
+    #: Whether `optimal_return(params)` gives each task's best achievable episode return.
+    has_optimal_return: bool = False
     #: Whether the env state carries a privileged `has_key` flag (Key-to-Door).
     key_flag: bool = False
     #: Whether each action index is a row of atomic moves, `params.action_set` (composite rooms).
@@ -119,6 +121,12 @@ class EnvSpec:
     def expected_rewards(self, state: Any, params: Any) -> jax.Array:
         """Bandits: the expected reward of every arm, float32 `(num_actions,)`."""
         raise TypeError(f"{type(self).__name__} is {self.kind}, not a bandit: no expected rewards")
+
+    def optimal_return(self, params: Any) -> jax.Array:
+        """Best achievable (expected) episode return of a task, float32 `()` (envs with
+        `has_optimal_return`)."""
+        raise TypeError(f"{type(self).__name__} defines no optimal return "
+                        "(has_optimal_return=False)")
 
     def expert_action(self, state: Any, params: Any) -> jax.Array:
         """The privileged expert's action (envs with `has_oracle`)."""

@@ -101,6 +101,7 @@ class _Grid(ICRLEnv):
     """Grid geometry shared by the three rooms."""
 
     observation_shape = ()
+    has_optimal_return = True
 
     def __init__(self, size: int, episode_length: int):
         super().__init__()

@@ -62,6 +62,7 @@ class ButtonRoom(ICRLEnv):
 
     action_dims = (5, 2)
     has_oracle = True
+    has_optimal_return = True
 
     def __init__(self, size: int = 5, episode_length: int = 20, press_cost: float = -0.1):
         super().__init__()

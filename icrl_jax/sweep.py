@@ -292,14 +292,38 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
     return results
 
 
+def optimal_return_of(workdir: str) -> float | None:
+    """Mean best achievable episode return over a sweep's held-out tasks, from its
+    `sweep_config.json` (None where the env defines no optimal return)."""
+    path = os.path.join(workdir, "sweep_config.json")
+    if not os.path.exists(path):
+        return None
+    nested: dict[str, Any] = {}
+    with open(path) as f:
+        for dotted, value in json.load(f).items():
+            *parents, leaf = dotted.split(".")
+            section = nested
+            for name in parents:
+                section = section.setdefault(name, {})
+            section[leaf] = value
+    config = ml_collections.ConfigDict(nested)
+    env = envs.make(config.env.name, **nested["env"].get("kwargs", {}))
+    if env.host or not env.has_optimal_return:
+        return None
+    _, test_ids = task_split(env, config)
+    params = env.task_params(jnp.asarray(test_ids))
+    return float(np.mean(np.asarray(jax.vmap(env.optimal_return)(params))))
+
+
 def emp_of(workdir: str, score: str = "model_last_episode_return") -> dict[str, Any]:
     results = sorted(read_results(workdir), key=lambda r: r["index"])
     scores = np.asarray([r[score] for r in results], np.float64)
     mean, std = M.expected_max_performance(scores)
     source = results[0].get("source_last_episode_return") if results else None
+    optimal = optimal_return_of(workdir) if score == "model_last_episode_return" else None
     return dict(score=score, num_assignments=len(scores), scores=scores.tolist(),
                 emp_mean=mean.tolist(), emp_std=std.tolist(), best=float(scores.max()),
-                source_last_episode_return=source)
+                source_last_episode_return=source, optimal_last_episode_return=optimal)
 
 
 def write_emp(workdir: str, score: str = "model_last_episode_return") -> dict[str, Any]:
@@ -307,12 +331,23 @@ def write_emp(workdir: str, score: str = "model_last_episode_return") -> dict[st
     emp = emp_of(workdir, score)
     with open(os.path.join(workdir, "emp.json"), "w") as f:
         json.dump(emp, f, indent=1)
-    plot_emp({os.path.basename(os.path.normpath(workdir)): emp}, os.path.join(workdir, "emp.png"))
+    plot_emp({os.path.basename(os.path.normpath(workdir)): emp}, os.path.join(workdir, "emp.png"),
+             _references(emp))
     return emp
 
 
-def plot_emp(curves: dict[str, dict[str, Any]], path: str, reference: float | None = None):
-    """EMP mean +- std against the number of assignments, one line per method."""
+def _references(emp: dict[str, Any]) -> dict[str, float]:
+    """The horizontal lines of an EMP plot of episode returns: the source's final episode and
+    the optimal return, where known."""
+    labels = {"source_last_episode_return": "source (final episode)",
+              "optimal_last_episode_return": "optimal"}
+    return {label: emp[key] for key, label in labels.items() if emp.get(key) is not None}
+
+
+def plot_emp(curves: dict[str, dict[str, Any]], path: str,
+             references: dict[str, float] | None = None):
+    """EMP mean +- std against the number of assignments, one line per method; `references`:
+    label -> value of a horizontal dashed line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -324,8 +359,8 @@ def plot_emp(curves: dict[str, dict[str, Any]], path: str, reference: float | No
         n = np.arange(1, len(mean) + 1)
         ax.plot(n, mean, label=label)
         ax.fill_between(n, mean - std, mean + std, alpha=0.2)
-    if reference is not None:
-        ax.axhline(reference, color="k", ls="--", lw=1, label="source (final episode)")
+    for (label, value), colour in zip((references or {}).items(), ("k", "tab:gray")):
+        ax.axhline(value, color=colour, ls="--", lw=1, label=label)
     ax.set_xscale("log")
     longest = max(len(emp["emp_mean"]) for emp in curves.values())
     ax.set_xticks([n for n in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if n <= longest])
@@ -345,13 +380,17 @@ def compare_sweeps(workdirs: Sequence[str], out: str, labels: Sequence[str] | No
                    fractions: Sequence[float] = (0.25, 0.5, 0.75)) -> dict[str, Any]:
     """EMP of several sweeps in one plot (`emp_compare.png`) and `emp_compare.json`, with the
     number of assignments each needs for an EMP of `near_optimal` x the source's final return
-    (and of each of `fractions` x it, in `assignments_to_fraction_of_source`; None: never)."""
+    (and of each of `fractions` x it, in `assignments_to_fraction_of_source`, and x the optimal
+    return where the env defines one, in `assignments_to_fraction_of_optimal`; None: never)."""
     os.makedirs(out, exist_ok=True)
     labels = list(labels or [os.path.basename(os.path.normpath(w)) for w in workdirs])
     curves = {label: emp_of(w, score) for label, w in zip(labels, workdirs)}
     source = next((c["source_last_episode_return"] for c in curves.values()
                    if c["source_last_episode_return"] is not None), None)
-    summary: dict[str, Any] = dict(score=score, source_last_episode_return=source, methods={})
+    optimal = next((c["optimal_last_episode_return"] for c in curves.values()
+                    if c["optimal_last_episode_return"] is not None), None)
+    summary: dict[str, Any] = dict(score=score, source_last_episode_return=source,
+                                   optimal_last_episode_return=optimal, methods={})
     for label, emp in curves.items():
         entry = dict(num_assignments=emp["num_assignments"], best=emp["best"],
                      emp_at_1=emp["emp_mean"][0], emp_at_n=emp["emp_mean"][-1],
@@ -361,9 +400,15 @@ def compare_sweeps(workdirs: Sequence[str], out: str, labels: Sequence[str] | No
                 emp["scores"], near_optimal * source)
             entry["assignments_to_fraction_of_source"] = {
                 f"{f:g}": M.assignments_to_reach(emp["scores"], f * source) for f in fractions}
+        if optimal is not None:
+            entry["assignments_to_fraction_of_optimal"] = {
+                f"{f:g}": M.assignments_to_reach(emp["scores"], f * optimal)
+                for f in sorted({*fractions, 0.8, near_optimal})}
         summary["methods"][label] = entry
+    references = _references(dict(source_last_episode_return=source,
+                                  optimal_last_episode_return=optimal))
     plot_emp(curves, os.path.join(out, "emp_compare.png"),
-             reference=None if score != "model_last_episode_return" else source)
+             references if score == "model_last_episode_return" else None)
     with open(os.path.join(out, "emp_compare.json"), "w") as f:
         json.dump(dict(summary, curves=curves), f, indent=1)
     return summary

@@ -140,6 +140,13 @@ def test_sweep_writes_results_and_resumes(tmp_path):
     emp, source = S.emp_of(str(tmp_path / "sweep")), summary["source_last_episode_return"]
     for f, n in summary["methods"]["a"]["assignments_to_fraction_of_source"].items():
         assert n == M.assignments_to_reach(emp["scores"], float(f) * source)
+    # Dark Room's best return from the centre: walk the Manhattan distance, then stay (50 steps).
+    _, test_ids = S.task_split(envs.make("darkroom"), config)
+    goals = [t + (t >= 40) for t in test_ids]  # task t is cell t, skipping the centre (40)
+    optimal = np.mean([51 - (abs(g // 9 - 4) + abs(g % 9 - 4)) for g in goals])
+    assert summary["optimal_last_episode_return"] == pytest.approx(optimal)
+    fractions = summary["methods"]["a"]["assignments_to_fraction_of_optimal"]
+    assert fractions["0.8"] == M.assignments_to_reach(emp["scores"], 0.8 * optimal)
     assert (tmp_path / "cmp" / "emp_compare.png").exists()
 
 

@@ -23,6 +23,15 @@ PRESETS = {
         "eval.temperature": 0.7,
     }),
 }
+# `quick_explorer`: the main job on grid-explorer histories (`data/sources/grid_explorer.py`:
+# it searches the grid from its own observations, then walks straight to the goal it found),
+# so the improvement in each history comes from its context alone, not from a decaying noise
+# that reads the goal. `quick_explorer_ad` is plain AD on the same data and budget.
+PRESETS["quick_explorer"] = dict(PRESETS["quick"], **{
+    "data.source": "grid_explorer",
+    "data.source_kwargs": {"eps": 0.1},
+})
+PRESETS["quick_explorer_ad"] = dict(PRESETS["quick_explorer"], **{"model.ngram_positions": ()})
 
 
 def get_config(preset: str = ""):

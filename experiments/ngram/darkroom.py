@@ -22,6 +22,10 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
                          program of 8 replicas per method (22 / 20 min for n-gram / AD on 2 idle
                          cores); `--config.sweep.num_assignments=16` adds 8 more on a rerun.
                          Results (EMP, paired assignments) in the README.
+  `quick_explorer[_ad]`  the same search on grid-explorer histories (`ad/darkroom.py:quick_explorer`:
+                         the source searches the grid from its own observations, then walks to
+                         the goal it found), two per training goal (120 histories, the low end of
+                         Fig. 6's 100-1000), 16 assignments in two vmapped programs of 8.
 
 Measured on a shared 2-core CPU (held-out goals, last of 10 in-context episodes; random 0.35,
 Q-learning source 12.05, optimal 46.6): EMP at 10 assignments (`quick`) n-gram 2.08 +- 0.35 vs
@@ -79,6 +83,16 @@ QUICK_ORACLE = dict(AD_DARKROOM_PRESETS["quick"], **{
     "sweep.space": vmappable_space(table2_space(ngram=True)),
 })
 
+#: The main job on grid-explorer histories (`ad/darkroom.py:quick_explorer`) searched, with two
+#: histories per training goal (120: the low end of Fig. 6's 100-1000).
+QUICK_EXPLORER = dict(AD_DARKROOM_PRESETS["quick_explorer"], **{
+    "data.histories_per_task": 2,
+    "data.subsample": 1,
+    "sweep.num_assignments": 16,
+    "sweep.max_replicas": 8,
+    "sweep.space": vmappable_space(table2_space(ngram=True)),
+})
+
 
 def presets() -> dict:
     out = {
@@ -89,6 +103,8 @@ def presets() -> dict:
         "quick_narrow_ad": dict(QUICK_NARROW, **{"model.ngram_positions": ()}),
         "quick_oracle": dict(QUICK_ORACLE),
         "quick_oracle_ad": dict(QUICK_ORACLE, **{"model.ngram_positions": ()}),
+        "quick_explorer": dict(QUICK_EXPLORER),
+        "quick_explorer_ad": dict(QUICK_EXPLORER, **{"model.ngram_positions": ()}),
     }
     for goals in (10, 20, 40, 60):
         setting = {"data.num_train_tasks": goals, "data.num_test_tasks": 80 - goals,
