@@ -234,6 +234,9 @@ def test_bernoulli_deterministic_arms_masks_and_regret():
     assert exp.shape == (20,) and np.isinf(exp[5:]).all() and (exp[5:] < 0).all()
     np.testing.assert_allclose(exp[:5], [0, 1, 0, 1, 0.25])
     assert float(env.optimal_expected_reward(None, params)) == 1.0
+    assert DarkRoom.has_optimal_return and not env.has_optimal_return  # declared, not probed
+    with pytest.raises(TypeError, match="no optimal return"):
+        env.optimal_return(params)
     with pytest.raises(InvalidActionError, match="action 5 .*available actions: \\[0, 1, 2, 3, 4\\]"):
         env.step(KEY, env.reset(KEY, params)[1], 5, params)
     with pytest.raises(InvalidActionError, match="action 20 is outside"):
