@@ -15,14 +15,14 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
                          (every 4th/8th episode: 10 or 5 per history; one vmapped program each).
   `quick_narrow[_ad]`    the same data, subsample 4, 3000 updates, 8 assignments from the better part
                          of the ranges (learning rate 1e-3..1e-2, dropouts <= 0.3/0.2, smoothing <= 0.2).
-  `quick_oracle[_ad]`    the main job's recipe (`ad/darkroom.py:quick`: noisy-oracle histories,
+  `quick_oracle[_ad]`    the earlier main job (`ad/darkroom.py:quick_oracle`: noisy-oracle histories,
                          (row, column) cell features, one 1-gram layer reading the latest match,
                          sampling at temperature 0.7) as a search: 60 training goals, 2000 updates,
                          8 assignments of Table 2's shape-preserving hyperparameters, one vmapped
                          program of 8 replicas per method (22 / 20 min for n-gram / AD on 2 idle
                          cores); `--config.sweep.num_assignments=16` adds 8 more on a rerun.
                          Results (EMP, paired assignments) in the README.
-  `quick_explorer[_ad]`  the same search on grid-explorer histories (`ad/darkroom.py:quick_explorer`:
+  `quick_explorer[_ad]`  the same search on grid-explorer histories (`ad/darkroom.py:quick_ngram`:
                          the source searches the grid from its own observations, then walks to
                          the goal it found), two per training goal (120 histories, the low end of
                          Fig. 6's 100-1000), 16 assignments in two vmapped programs of 8.
@@ -75,17 +75,18 @@ QUICK_NARROW = dict(QUICK, **{"data.subsample": 4, "train.num_steps": 3000,
                               "sweep.num_assignments": 8, "sweep.space": NARROW_SPACE})
 
 
-#: The main job's preset (`ad/darkroom.py:quick`) searched: its data, model and evaluation.
-QUICK_ORACLE = dict(AD_DARKROOM_PRESETS["quick"], **{
+#: The earlier main job (`ad/darkroom.py:quick_oracle`) searched: its data, model and evaluation.
+QUICK_ORACLE = dict(AD_DARKROOM_PRESETS["quick_oracle"], **{
     "data.subsample": 1,  # 12-episode histories: keep them whole
     "sweep.num_assignments": 8,
     "sweep.max_replicas": 8,
     "sweep.space": vmappable_space(table2_space(ngram=True)),
 })
 
-#: The main job on grid-explorer histories (`ad/darkroom.py:quick_explorer`) searched, with two
+#: The main job on grid-explorer histories with the 1-gram layer (`ad/darkroom.py:quick_ngram`)
+#: searched (`quick_explorer_ad`: without it, the main job's own model), with two
 #: histories per training goal (120: the low end of Fig. 6's 100-1000).
-QUICK_EXPLORER = dict(AD_DARKROOM_PRESETS["quick_explorer"], **{
+QUICK_EXPLORER = dict(AD_DARKROOM_PRESETS["quick_ngram"], **{
     "data.histories_per_task": 2,
     "data.subsample": 1,
     "sweep.num_assignments": 16,
