@@ -176,7 +176,7 @@ def test_vq_ngram_config_errors(tmp_path):
     from experiments.miniworld import ad_darkroom
     from icrl_jax.run import resolve_config
 
-    grid = darkroom.get_config("quick")
+    grid = darkroom.get_config("quick_ngram")
     grid.workdir = str(tmp_path / "grid")
     grid.model.ngram_match = "vq"
     with pytest.raises(UserError, match="VQ codes of pixel observations; env 'darkroom' has none"):
