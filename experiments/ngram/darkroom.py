@@ -28,6 +28,7 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
                          Fig. 6's 100-1000), 16 assignments in two vmapped programs of 8.
                          EMP at 16: n-gram 32.2 +- 2.4 vs AD 30.8 +- 1.9 (optimal 46.65): no
                          separation, neither at 80% of optimal (README).
+  `quick_explorer_narrow[_ad]` the same in `NARROW_SPACE`, 8 assignments in programs of 4.
 
 Measured on a shared 2-core CPU (held-out goals, last of 10 in-context episodes; random 0.35,
 Q-learning source 12.05, optimal 46.6): EMP at 10 assignments (`quick`) n-gram 2.08 +- 0.35 vs
@@ -96,6 +97,12 @@ QUICK_EXPLORER = dict(AD_DARKROOM_PRESETS["quick_ngram"], **{
     "sweep.space": vmappable_space(table2_space(ngram=True)),
 })
 
+#: `quick_explorer` searched in `NARROW_SPACE` (the better part of Table 2's ranges, around the
+#: main job's own hyperparameters), 8 assignments in programs of 4.
+QUICK_EXPLORER_NARROW = dict(QUICK_EXPLORER, **{"sweep.space": NARROW_SPACE,
+                                                "sweep.num_assignments": 8,
+                                                "sweep.max_replicas": 4})
+
 
 def presets() -> dict:
     out = {
@@ -108,6 +115,8 @@ def presets() -> dict:
         "quick_oracle_ad": dict(QUICK_ORACLE, **{"model.ngram_positions": ()}),
         "quick_explorer": dict(QUICK_EXPLORER),
         "quick_explorer_ad": dict(QUICK_EXPLORER, **{"model.ngram_positions": ()}),
+        "quick_explorer_narrow": dict(QUICK_EXPLORER_NARROW),
+        "quick_explorer_narrow_ad": dict(QUICK_EXPLORER_NARROW, **{"model.ngram_positions": ()}),
     }
     for goals in (10, 20, 40, 60):
         setting = {"data.num_train_tasks": goals, "data.num_test_tasks": 80 - goals,
