@@ -29,17 +29,22 @@ def add_sweep_fields(config: ml_collections.ConfigDict, space: dict[str, dict[st
     ))
 
 
-def nested_space(space: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """{dotted key: spec} -> the nested dict stored as `sweep.space` (ConfigDict keys hold no
-    dots); `flatten_space` inverts it."""
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    """{dotted key: value} -> nested dicts (ConfigDict keys hold no dots)."""
     nested: dict[str, Any] = {}
-    for dotted, spec in space.items():
+    for dotted, value in flat.items():
         node = nested
         *parents, leaf = dotted.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = dict(spec)
+        node[leaf] = value
     return nested
+
+
+def nested_space(space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """{dotted key: spec} -> the nested dict stored as `sweep.space`; `flatten_space` inverts
+    it."""
+    return unflatten({dotted: dict(spec) for dotted, spec in space.items()})
 
 
 def table2_space(ngram: bool) -> dict[str, dict[str, Any]]:

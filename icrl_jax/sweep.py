@@ -43,7 +43,8 @@ from icrl_jax.data.sources import build_source, uniform_random
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.methods import build_method
 from icrl_jax.search_space import (DISTRIBUTIONS, VMAPPED, add_sweep_fields,  # noqa: F401
-                                   flatten_space, nested_space, table2_space, vmappable_space)
+                                   flatten_space, nested_space, table2_space, unflatten,
+                                   vmappable_space)
 
 def sample_assignment(space: dict[str, dict], seed: int, index: int) -> dict[str, Any]:
     """Assignment `index`: one value per key, from its own generator `(seed, index)`."""
@@ -298,14 +299,8 @@ def optimal_return_of(workdir: str) -> float | None:
     path = os.path.join(workdir, "sweep_config.json")
     if not os.path.exists(path):
         return None
-    nested: dict[str, Any] = {}
     with open(path) as f:
-        for dotted, value in json.load(f).items():
-            *parents, leaf = dotted.split(".")
-            section = nested
-            for name in parents:
-                section = section.setdefault(name, {})
-            section[leaf] = value
+        nested = unflatten(json.load(f))
     config = ml_collections.ConfigDict(nested)
     env = envs.make(config.env.name, **nested["env"].get("kwargs", {}))
     if env.host or not env.has_optimal_return:
