@@ -274,3 +274,30 @@ def test_clip_column_takes_the_clip_shape_and_is_skipped_without_weights(tmp_pat
     config.report.pretrained = ""  # GPT columns are not optional: a clear error names the field
     with pytest.raises(UserError, match="report.pretrained"):
         column_config(config, "GPT-DT", 0)
+
+
+def test_quick_context_k10_is_the_quick_large_maze_gpt_dtma_column():
+    """Table 5 at quick scale: its k = 10 column trains exactly the README's quick large-maze
+    row's GPT-DTMA (`:quick` with the large maze's overrides), and only seq_len varies with k."""
+    from experiments.gpt_dtma.point_maze import CONTEXTS, QUICK_LARGE_MAZE, get_config
+    from icrl_jax.column_table import column_config
+    from icrl_jax.config import set_dotted
+
+    row = get_config("quick")
+    for dotted, value in {**QUICK_LARGE_MAZE, "env.kwargs.layout": "large",
+                          "data.dataset_id": "point_maze/large-waypoint-v0"}.items():
+        set_dotted(row, dotted, value)
+    table = get_config("quick_context")
+    assert list(table.columns) == [f"k={k}" for k in CONTEXTS]
+    def resolved(config, column):
+        out = column_config(config, column, seed=1).to_dict()
+        for key in ("preset", "columns", "workdir"):
+            out.pop(key)
+        return out
+
+    expected = resolved(row, "GPT-DTMA")
+    assert expected["train"].pop("seq_len") == CONTEXTS[0]
+    for k in CONTEXTS:
+        got = resolved(table, f"k={k}")
+        assert got["train"].pop("seq_len") == k
+        assert got == expected

@@ -6,30 +6,46 @@ Data and DT recipe: `experiments/continuous/point_maze.py` (medium maze by defau
 `--config.env.kwargs.layout=umaze|large` with the matching `data.dataset_id` for the other rows).
 Paper scale: GPT-2 small (`--config.report.pretrained=DIR`). `:quick`: the U maze, `lm.py:quick`'s
 checkpoint (run `icrl-jax pretrain-lm` first) and the 4 x 128 model. `:context`: Table 5, GPT-DTMA
-with context k = 10 ... 50 on the large maze, G_Markov per k.
+with context k = 10 ... 50 on the large maze, G_Markov per k; `:quick_context` is Table 5 at
+`:quick`'s scale on the large maze of the README's quick large-maze row (so its k = 10 column is
+that row's GPT-DTMA column).
 """
 
 from experiments.continuous.point_maze import get_config as maze_config
+from icrl_jax.config import set_dotted
 from icrl_jax.errors import UnknownNameError
 from experiments.gpt_dtma import COLUMNS, add_columns, apply_quick, quick_columns
 
 TABLE4 = ("DT", "DTMA", "GPT-DT", "GPT-DTMA")
 
+#: Table 5's context lengths.
+CONTEXTS = (10, 20, 30, 40, 50)
+
+#: `:quick`'s U-maze settings that the large maze replaces (with the paper-scale episode length,
+#: return scale and target).
+QUICK_LARGE_MAZE = {"env.kwargs.episode_length": 600, "eval.num_steps": 600,
+                    "model.max_timestep": 600, "model.rtg_scale": 10.0,
+                    "eval.target_returns": (5.0,)}
+
 
 def get_config(preset: str = ""):
-    config = maze_config("quick" if preset == "quick" else "")
+    if preset not in ("", "quick", "context", "quick_context"):
+        raise UnknownNameError(f"unknown preset {preset!r} (available: context, quick, "
+                               "quick_context; or none for paper scale)")
+    quick = preset.startswith("quick")
+    config = maze_config("quick" if quick else "")
     config.experiment = "gpt_dtma_point_maze"
     add_columns(config, TABLE4, ("episode_length", "goal_reached"))
-    if preset == "quick":
+    if quick:
         apply_quick(config)
         quick_columns(config)
-    elif preset == "context":  # Table 5: one GPT-DTMA column per context length
+    if preset == "quick_context":
+        for dotted, value in QUICK_LARGE_MAZE.items():
+            set_dotted(config, dotted, value)
+    if preset.endswith("context"):  # Table 5: one GPT-DTMA column per context length
         config.env.kwargs.layout = "large"
         config.data.dataset_id = "point_maze/large-waypoint-v0"
         config.columns = type(config.columns)(
-            {f"k={k}": COLUMNS["GPT-DTMA"] + (("train.seq_len", k),) for k in (10, 20, 30, 40, 50)})
-    elif preset:
-        raise UnknownNameError(f"unknown preset {preset!r} (available: context, quick; or none "
-                               "for paper scale)")
+            {f"k={k}": COLUMNS["GPT-DTMA"] + (("train.seq_len", k),) for k in CONTEXTS})
     config.preset = preset
     return config
