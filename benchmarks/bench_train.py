@@ -36,13 +36,18 @@ _device_from_argv()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: `--tree DIR`: measure that checkout's code (the `--old` comparison runs this script so).
 TREE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else ROOT
+sys.path.insert(0, TREE)
+try:  # measure what `icrl-jax` runs: its host malloc settings (re-executes this script once)
+    from icrl_jax.host_memory import reexec_with_huge_pages
+    reexec_with_huge_pages()
+except ImportError:  # a checkout older than icrl_jax/host_memory.py
+    pass
+HOST_MALLOC = os.environ.get("GLIBC_TUNABLES") or "glibc default"
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from results import table_section  # noqa: E402  # benchmarks/results.py (this script's directory)
-
-sys.path.insert(0, TREE)
 
 from icrl_jax.data.dataset import to_step_windows  # noqa: E402
 from icrl_jax.data.history import History  # noqa: E402
@@ -304,7 +309,7 @@ def measure_row(name: str) -> dict:
         raise RuntimeError(f"measuring {TREE} but imported {icrl_jax.__file__}")
     peak = matmul_peak()
     result = ROWS_BEFORE_AFTER[name][1](2 if name.startswith("headless") else 3)
-    return dict(result, peak=peak, mfu=result["model_flops_per_s"] / peak)
+    return dict(result, peak=peak, mfu=result["model_flops_per_s"] / peak, host_malloc=HOST_MALLOC)
 
 
 def before_after(args) -> None:
@@ -313,21 +318,31 @@ def before_after(args) -> None:
     import json
     import subprocess
 
+    # Each checkout's process starts with the user's environment: the new one adds its malloc
+    # tunable itself (this process did, re-executing), an old one has none.
+    tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":")
+                if t and t != "glibc.malloc.hugetlb=1"]
+    environment = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    if tunables:
+        environment["GLIBC_TUNABLES"] = ":".join(tunables)
+
     def run(tree, name):
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--tree", tree,
-                              "--row", name], capture_output=True, text=True, cwd=tree)
+                              "--row", name], capture_output=True, text=True, cwd=tree,
+                             env=environment)
         if out.returncode:
             raise RuntimeError(f"{name} in {tree} failed:\n{out.stderr[-3000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     commit = lambda tree: subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree,  # noqa: E731
                                          capture_output=True, text=True).stdout.strip()
-    lines = []
+    lines, malloc = [], {}
     for name in args.rows.split(","):
         runs = {"old": [], "new": []}
         for _ in range(args.repeats):
             for side, tree in (("old", args.old), ("new", ROOT)):
                 runs[side].append(run(tree, name))
+                malloc[side] = runs[side][-1].get("host_malloc", "glibc default")
                 print(name, side, f"{runs[side][-1]['tokens_per_s']:,.0f} tokens/s, MFU "
                       f"{100 * runs[side][-1]['mfu']:.0f}%", flush=True)
         median = {side: float(np.median([r["tokens_per_s"] for r in rs])) for side, rs in runs.items()}
@@ -343,7 +358,8 @@ def before_after(args) -> None:
         "jobs). One process per (checkout, row, repeat), the checkouts alternating; each "
         "process measures its own 4096x4096 float32 matmul peak right before its model, and MFU "
         "(in brackets) is its model FLOP/s (6N + 12·L·d·T a token) over that peak. Ratio: new / old "
-        "median tokens/s.",
+        f"median tokens/s. Host malloc (icrl_jax/host_memory.py): before {malloc['old']}, after "
+        f"{malloc['new']}.",
         ["model", "before: tokens/s (MFU)", "after: tokens/s (MFU)", "ratio"], lines, args.write)
 
 def main():
@@ -425,7 +441,7 @@ def main():
         f"(ru_maxrss) {peak_mib:,.0f} MiB. Load average when it finished: "
         f"{os.getloadavg()[0]:.1f} (other jobs share these cores; compare rows, not runs). "
         f"MFU = model FLOP/s / peak, peak {peak / 1e9 if peak else 0:,.1f} GFLOP/s "
-        f"({peak_source}).",
+        f"({peak_source}). Host malloc (icrl_jax/host_memory.py): {HOST_MALLOC}.",
         ["model", "layers x width", "batch x context", "params", "tokens/s", "steps/s",
          "model GFLOP/s", "MFU"], rows, args.write)
 
@@ -453,7 +469,8 @@ def headless_paper(args) -> None:
         f"call, 2 timed calls after the compiling one. Tokens count one per context step (the "
         f"action-set prompt is not counted); MFU against "
         + (f"a 4096x4096 float32 matmul measured here ({peak / 1e9:.1f} GFLOP/s)" if peak
-           else "no known peak") + f". Load average when it finished: {os.getloadavg()[0]:.1f}.",
+           else "no known peak") + f". Load average when it finished: {os.getloadavg()[0]:.1f}. "
+        f"Host malloc (icrl_jax/host_memory.py): {HOST_MALLOC}.",
         ["batch", "steps/s", "s/step", "tokens/s", "params", "MFU"], rows, args.write)
 
 if __name__ == "__main__":
