@@ -30,44 +30,23 @@ def attend(weights: jax.Array, v: jax.Array) -> jax.Array:
     return heads_first(jnp.einsum("bhts,bhsd->bhtd", weights, heads_first(v)))
 
 
-def _masked_exp_logits(q: jax.Array, k: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """exp(q k^T / sqrt(Dh) - row max) over the keys `mask` allows, and its row sums: q
-    `(B, T, H, Dh)`, k `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, H, T, S)` and
-    `(B, H, T, 1)`.
+def attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array) -> jax.Array:
+    """softmax(q k^T / sqrt(Dh)) over the keys `mask` allows: q `(B, T, H, Dh)`, k `(B, S, H, Dh)`,
+    bool mask `(B or 1, 1, T, S)` -> float `(B, H, T, S)`; a row with no allowed key is zero.
 
     Heads go first before the score matmul: XLA's CPU kernels run `(B, H)`-batched matmuls
-    and a reduction over the minor axis without the layout copies that `jax.nn.dot_product_attention`'s
+    and a softmax over the minor axis without the layout copies that `jax.nn.dot_product_attention`'s
     `(B, T, H, Dh)` formulation needs (`benchmarks/bench_train.py`: 1.3x on the quick model's
     attention, forward and backward). An additive mask, not a select, keeps the backward one
-    pass shorter; exp underflows to exactly 0 on masked keys. The max is a constant to the
-    gradient (softmax does not depend on it), as in `jax.nn.softmax`.
+    pass shorter; exp underflows to exactly 0 on masked keys either way.
     """
     head_dim = q.shape[-1]
     scale = jnp.asarray(1.0 / jnp.sqrt(head_dim), q.dtype)
     logits = jnp.einsum("bhtd,bhsd->bhts", heads_first(q) * scale, heads_first(k))
-    logits = logits + jnp.where(mask, 0.0, jnp.finfo(logits.dtype).min).astype(logits.dtype)
-    exp = jnp.exp(logits - jax.lax.stop_gradient(logits.max(-1, keepdims=True)))
-    return exp, exp.sum(-1, keepdims=True)
-
-
-def attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array) -> jax.Array:
-    """softmax(q k^T / sqrt(Dh)) over the keys `mask` allows: q `(B, T, H, Dh)`, k `(B, S, H, Dh)`,
-    bool mask `(B or 1, 1, T, S)` -> float `(B, H, T, S)`; a row with no allowed key is zero."""
-    exp, total = _masked_exp_logits(q, k, mask)
+    bias = jnp.where(mask, 0.0, jnp.finfo(logits.dtype).min).astype(logits.dtype)
+    weights = jax.nn.softmax(logits + bias, axis=-1)
     # Rows with no allowed key (padding queries; never the case for causal masks) stay zero.
-    return jnp.where(mask.any(-1, keepdims=True), exp / total, 0.0)
-
-
-def _attention_block(q, k, v, mask, dropout: Callable[[jax.Array], jax.Array]) -> jax.Array:
-    """`attend(dropout(attention_weights(q, k, mask)), v)` -> `(B, T, H, Dh)`, normalised after
-    the weighted sum: a row's softmax denominator divides its `Dh` outputs, not its `S` weights,
-    so the `(B, H, T, S)` weights are never normalised, stored or differentiated as such (the
-    paper-scale Headless-AD's attention, Dh = 8 and S = 320, spent most of its time there).
-    Dropout commutes with the per-row division, so the result is the same."""
-    exp, total = _masked_exp_logits(q, k, mask)
-    out = jnp.einsum("bhts,bhsd->bhtd", dropout(exp), heads_first(v))
-    out = jnp.where(mask.any(-1, keepdims=True), out / total, 0.0)
-    return heads_first(out)
+    return jnp.where(mask.any(-1, keepdims=True), weights, 0.0)
 
 
 def _cudnn_attention(q, k, v, mask) -> jax.Array | None:
@@ -93,7 +72,7 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     """softmax(q k^T / sqrt(Dh)) v over the keys `mask` allows: q `(B, T, H, Dh)`, k and v
     `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, T, H, Dh)`, through cuDNN where
     `attention_implementation` picks it (a configuration cuDNN rejects falls back), else
-    `_attention_block`.
+    `attention_weights` and one more matmul.
 
     `causal_from=p`: the caller guarantees a causal mask after a prefix of p tokens (S == T;
     no query attends to a later key, except that the first p queries may attend to any of the
@@ -113,7 +92,7 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     dropout = dropout or (lambda weights: weights)
     length = q.shape[1]
     if causal_from is None or length <= CAUSAL_QUERY_BLOCK:
-        return _attention_block(q, k, v, mask, dropout)
+        return attend(dropout(attention_weights(q, k, mask)), v)
     if k.shape[1] != length:
         raise ValueError(f"causal attention needs as many keys as queries, got {k.shape[1]} "
                          f"keys for {length} queries")
@@ -121,7 +100,8 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     ends = [end for end in range(size, length, size) if end > causal_from] + [length]
     starts = [0] + ends[:-1]
     return jnp.concatenate([
-        _attention_block(q[:, lo:hi], k[:, :hi], v[:, :hi], mask[:, :, lo:hi, :hi], dropout)
+        attend(dropout(attention_weights(q[:, lo:hi], k[:, :hi], mask[:, :, lo:hi, :hi])),
+               v[:, :hi])
         for lo, hi in zip(starts, ends)], axis=1)
 
 
