@@ -38,8 +38,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else ROOT
 sys.path.insert(0, TREE)
 try:  # measure what `icrl-jax` runs: its host malloc settings (re-executes this script once)
-    from icrl_jax.host_memory import reexec_with_huge_pages
-    reexec_with_huge_pages()
+    from icrl_jax import host_memory
+    # An older checkout has no such module; an editable install would find this one's instead.
+    if os.path.abspath(host_memory.__file__).startswith(os.path.abspath(TREE) + os.sep):
+        host_memory.reexec_with_huge_pages()
 except ImportError:  # a checkout older than icrl_jax/host_memory.py
     pass
 HOST_MALLOC = os.environ.get("GLIBC_TUNABLES") or "glibc default"
