@@ -8,10 +8,10 @@ page faults per call, and the matmul that writes it runs 2.7x slower than with h
 
 With glibc's `glibc.malloc.hugetlb=1` tunable (glibc >= 2.35), malloc asks for transparent huge
 pages (`madvise(MADV_HUGEPAGE)`) on what it maps, so such a buffer costs a fault per 2 MiB instead:
-about 380 faults for that tensor. Measured on the 2-core CPU (`benchmarks/RESULTS.md`): the
-Headless-AD paper-scale training step 1.3x faster, the quick models' 1.07x. (Reusing freed
-memory instead, with one arena and no mmap, spared the faults as well but slowed the quick
-models by 5-10%.)
+about 380 faults for that tensor. Training steps on the 2-core CPU, side by side on idle cores
+(`benchmarks/RESULTS.md`): Headless-AD at paper scale 1.33x, the main job 1.09x, the medium model
+1.05x, the small one 0.98x. (Reusing freed memory instead, with one arena and no mmap, spared the
+faults as well but slowed the small model by 5-10%.)
 
 glibc reads its tunables only when a process starts, so `icrl-jax` re-executes itself once
 with the tunable added (`reexec_with_huge_pages`) before anything else runs. Set
