@@ -320,10 +320,11 @@ def before_after(args) -> None:
     import json
     import subprocess
 
+    from icrl_jax.host_memory import TUNABLE  # this checkout's
+
     # Each checkout's process starts with the user's environment: the new one adds its malloc
     # tunable itself (this process did, re-executing), an old one has none.
-    tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":")
-                if t and t != "glibc.malloc.hugetlb=1"]
+    tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t and t != TUNABLE]
     environment = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     if tunables:
         environment["GLIBC_TUNABLES"] = ":".join(tunables)
