@@ -56,5 +56,6 @@ def reexec_with_huge_pages() -> None:
     returns only where nothing is to change. Call it before any other work: state is lost."""
     environment = huge_page_environment(os.environ)
     if environment is not None:
-        sys.stdout.flush(), sys.stderr.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
         os.execve(sys.executable, sys.orig_argv, environment)
