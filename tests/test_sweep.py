@@ -179,3 +179,35 @@ def test_subsample_is_searched_as_its_own_groups(tmp_path):
     config.sweep.space.data = {"subsample": {"choice": [4]}}
     with pytest.raises(HistoryFormatError, match="shorter than the training window 60"):
         S.run_sweep(config)
+
+
+@pytest.mark.parametrize("preset", ["quick_explorer", "quick_explorer_ad"])
+def test_key_to_door_explorer_search_trains_the_train_recipe(preset):
+    """Fig. 2's search at CPU scale searches `ad/key_to_door.py`'s recipe: outside the searched
+    hyperparameters (and the positional table's size, unused past the 100-step window), every
+    data, model, training and evaluation setting is the train preset's."""
+    from experiments.ad.key_to_door import get_config as train_config
+    from experiments.ngram.key_to_door import get_config as sweep_config
+
+    def flat(tree, prefix=""):
+        out = {}
+        for key, value in tree.items():
+            if isinstance(value, dict) and not key.endswith("kwargs"):
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[prefix + key] = value
+        return out
+
+    search, train = sweep_config(preset), train_config(preset)
+    searched = set(flat(search.sweep.space.to_dict()))
+    searched = {key.rsplit(".", 1)[0] for key in searched}  # drop the distribution's name
+    assert searched == {"train.learning_rate", "train.weight_decay", "model.embedding_dropout",
+                        "model.residual_dropout", "model.label_smoothing"}
+    assert search.train.seq_len <= search.model.max_len
+    sections = ("data", "model", "train", "eval", "env")
+    a = {k: v for k, v in flat(search.to_dict()).items() if k.split(".")[0] in sections}
+    b = {k: v for k, v in flat(train.to_dict()).items() if k.split(".")[0] in sections}
+    differ = {k for k in set(a) | set(b) if a.get(k, "missing") != b.get(k, "missing")}
+    assert differ <= searched | {"model.max_len"}
+    assert search.model.ngram_positions == train.model.ngram_positions
+    assert search.data.num_train_tasks == 100 and search.data.num_test_tasks == 100

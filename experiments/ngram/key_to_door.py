@@ -6,9 +6,15 @@ task = 800), 200 Q-learning episodes of 50 steps each (~7.5M transitions, 27x le
 2048 x 2000 episodes), hidden 512, batch 1024, 10K updates.
 Presets: `ad` (baseline, same budget and space), `quick` / `quick_ad` (a 2-core CPU in minutes:
 tiny model, 400 updates, shape-preserving hyperparameters only, one vmapped program per method).
+`quick_explorer` / `quick_explorer_ad`: Fig. 2's setting at CPU scale, searched: the recipe of
+`ad/key_to_door.py:quick_explorer` (100 training goals x 8 grid-explorer histories, 100 held-out
+goals, the 1-gram layer reading the latest match; `_ad` without it), 8 assignments of Table 2's
+shape-preserving hyperparameters as one vmapped program per method (assignment i is the same
+draw for both).
 """
 
 from icrl_jax.config import apply_preset
+from experiments.ad.key_to_door import PRESETS as AD_KEY_TO_DOOR_PRESETS
 from experiments.ngram.common import grid_sweep_config, quick_preset
 from icrl_jax.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
 
@@ -18,11 +24,21 @@ QUICK = quick_preset(**{
     "data.histories_per_task": 1,
 })
 
+#: `ad/key_to_door.py:quick_explorer` (Fig. 2's 100 goals, grid-explorer histories) searched.
+QUICK_EXPLORER = dict(AD_KEY_TO_DOOR_PRESETS["quick_explorer"], **{
+    "data.subsample": 1,  # 600-step histories: keep them whole
+    "sweep.num_assignments": 8,
+    "sweep.max_replicas": 8,
+    "sweep.space": vmappable_space(table2_space(ngram=True)),
+})
+
 PRESETS = {
     "ad": {"model.ngram_positions": (), "sweep.space": nested_space(table2_space(ngram=False))},
     "quick": dict(QUICK, **{"sweep.space": vmappable_space(table2_space(True))}),
     "quick_ad": dict(QUICK, **{"model.ngram_positions": (),
                              "sweep.space": vmappable_space(table2_space(False))}),
+    "quick_explorer": dict(QUICK_EXPLORER),
+    "quick_explorer_ad": dict(QUICK_EXPLORER, **{"model.ngram_positions": ()}),
 }
 
 
