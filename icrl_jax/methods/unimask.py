@@ -41,7 +41,8 @@ from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
 from icrl_jax.methods.unimask_masks import (Mask, REGIMES, TASKS, check_snippet_len,
                                            evaluation_masks, regime_index, sample_mask)
-from icrl_jax.models.transformer import Dropout, Transformer
+from icrl_jax.models.dropout import Dropout
+from icrl_jax.models.transformer import Transformer
 
 BACKBONES = ("transformer", "mlp")
 

@@ -9,6 +9,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from icrl_jax.models.dropout import Dropout
+
 
 def attention_implementation(query: jax.Array) -> str:
     """"cudnn" (fused flash attention) on a GPU for the bf16/fp16 head sizes cuDNN supports,
@@ -187,7 +189,7 @@ class MultiHeadAttention(nn.Module):
 
         dropout = None
         if self.dropout_rate > 0.0 and not deterministic:
-            dropout = functools.partial(nn.Dropout(self.dropout_rate), deterministic=False)
+            dropout = functools.partial(Dropout(self.dropout_rate), deterministic=False)
         if return_weights:
             weights = attention_weights(q, k, mask)
             out = attend(weights if dropout is None else dropout(weights), v)

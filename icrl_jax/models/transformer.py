@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax.models.attention import MultiHeadAttention
+from icrl_jax.models.dropout import Dropout
 from icrl_jax.models.ngram import NGramLayer, ngram_weights
 from icrl_jax.config import default_transformer_config  # noqa: F401 (re-export)
 
@@ -28,27 +29,6 @@ POSITION_KINDS = ("learned", "rotary", "none")
 ACTIVATIONS = {"gelu_tanh": lambda x: nn.gelu(x, approximate=True),
                "gelu_exact": lambda x: nn.gelu(x, approximate=False),
                "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x)}
-
-
-class Dropout(nn.Module):
-    """`nn.Dropout` that also accepts a traced rate (a hyperparameter vmapped over replicas).
-
-    With a Python float it behaves (and draws random numbers) exactly like `nn.Dropout`; a traced
-    rate always draws a mask, since `rate == 0` cannot be decided while tracing.
-    """
-
-    rate: float | jax.Array
-
-    @nn.compact
-    def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
-        static = isinstance(self.rate, (int, float))
-        if deterministic or (static and self.rate == 0.0):
-            return x
-        if static and self.rate == 1.0:
-            return jnp.zeros_like(x)
-        keep = 1.0 - self.rate
-        mask = jax.random.bernoulli(self.make_rng("dropout"), keep, x.shape)
-        return jax.lax.select(mask, x / keep, jnp.zeros_like(x))
 
 
 class Block(nn.Module):
