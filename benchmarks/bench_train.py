@@ -300,6 +300,8 @@ ROWS_BEFORE_AFTER = {
     "medium": ("medium, 4x256, 8 heads, 64x200", lambda calls: measure(*SIZES["medium"], calls)),
     "headless_paper_4": ("Headless-AD paper scale, 4x512, 64 heads, batch 4 x 300",
                          lambda calls: measure_headless_paper(4, calls)),
+    "unimask": ("Uni[MASK] DoorKey quick grid (dropout 0.1), 30 vmapped replicas of 2x64, 30x100x10",
+                lambda calls: measure_unimask(30, calls)),
 }
 BEFORE_AFTER_HEADING = "## Training throughput before and after (side by side)"
 
