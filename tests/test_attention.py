@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax.models.attention import CAUSAL_QUERY_BLOCK, attention_weights, dot_product_attention
+from icrl_jax.models.attention import (CAUSAL_QUERY_BLOCK, attend, attention_weights,
+                                       dot_product_attention)
 from icrl_jax.models.transformer import Transformer
 
 
@@ -114,3 +115,37 @@ def test_attention_dropout_trains_and_is_off_when_deterministic():
     np.testing.assert_array_equal(apply(True, 0), apply(True, 1))
     assert not np.allclose(apply(False, 0), apply(False, 1))
     assert not np.allclose(apply(False, 0), apply(True, 0))
+
+
+@pytest.mark.parametrize("causal_from", [None, 0])
+def test_own_backward_pass_equals_autodiff_with_dropout_and_an_empty_row(causal_from):
+    """`dot_product_attention`'s hand-written backward pass (flash attention's row term) gives
+    autodiff's gradients of the plain formula, with a dropout-like mask (a fixed 0 / 2 map) and,
+    without the causal path, a query that may attend to nothing (its output and gradients 0)."""
+    length = CAUSAL_QUERY_BLOCK + 10
+    q, k, v = jax.random.normal(jax.random.PRNGKey(8), (3, 2, length, 3, 8))
+    mask = jnp.tril(jnp.ones((1, 1, length, length), bool))
+    if causal_from is None:
+        mask = mask.at[:, :, 5].set(False)
+    keep = 2.0 * jax.random.bernoulli(jax.random.PRNGKey(9), 0.5, (2, 3, length, length))
+
+    def dropout(weights):  # a block of queries [hi - rows, hi) over keys [0, hi): its slice
+        rows, hi = weights.shape[2:]
+        return weights * keep[:, :, hi - rows:hi, :hi]
+
+    def plain(q, k, v):
+        return attend(attention_weights(q, k, mask) * keep, v)
+
+    def ours(q, k, v):
+        return dot_product_attention(q, k, v, mask, causal_from=causal_from, dropout=dropout)
+
+    def loss(f, q, k, v):
+        return (f(q, k, v) * jnp.cos(jnp.arange(8.0))).sum()
+    np.testing.assert_allclose(ours(q, k, v), plain(q, k, v), atol=1e-5)
+    got = jax.grad(lambda *a: loss(ours, *a), argnums=(0, 1, 2))(q, k, v)
+    want = jax.grad(lambda *a: loss(plain, *a), argnums=(0, 1, 2))(q, k, v)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-4)
+    if causal_from is None:
+        np.testing.assert_array_equal(ours(q, k, v)[:, 5], 0.0)
+        np.testing.assert_array_equal(got[0][:, 5], 0.0)

@@ -64,6 +64,54 @@ def _cudnn_attention(q, k, v, mask) -> jax.Array | None:
         return None
 
 
+@jax.custom_vjp
+def _softmax_attend(q, k, v, bias, keep, rows):
+    """`(softmax(q k^T + bias) * rows * keep) v` on heads-first arrays: q `(B, H, T, Dh)` (scaled),
+    k and v `(B, H, S, Dh)`, additive bias `(B or 1, 1, T, S)`, keep `(B, H, T, S)` (scaled
+    dropout mask) or None, rows `(B or 1, 1, T, 1)` (0 for a query with no allowed key) or None
+    -> `(B, H, T, Dh)`. Its own backward pass is flash attention's: the softmax's row term is
+    `sum(dO * O)` over Dh instead of a pass over the `(B, H, T, S)` weights, and the dropout
+    mask and the row mask are applied inside the same elementwise pass (`_fused_attention`)."""
+    return _softmax_attend_fwd(q, k, v, bias, keep, rows)[0]
+
+
+def _softmax_attend_fwd(q, k, v, bias, keep, rows):
+    logits = jnp.einsum("bhtd,bhsd->bhts", q, k) + bias
+    exp = jnp.exp(logits - jnp.max(logits, -1, keepdims=True))
+    weights = exp * (1.0 / jnp.sum(exp, -1, keepdims=True))
+    if rows is not None:
+        weights = weights * rows
+    out = jnp.einsum("bhts,bhsd->bhtd", weights if keep is None else weights * keep, v)
+    return out, (q, k, v, weights, keep, out)
+
+
+def _softmax_attend_bwd(residuals, d_out):
+    q, k, v, weights, keep, out = residuals
+    d_dropped = jnp.einsum("bhtd,bhsd->bhts", d_out, v)
+    d_v = jnp.einsum("bhts,bhtd->bhsd", weights if keep is None else weights * keep, d_out)
+    row_term = jnp.sum(d_out * out, -1, keepdims=True)  # = sum_s dW * W, without (T, S) work
+    d_logits = weights * ((d_dropped if keep is None else d_dropped * keep) - row_term)
+    d_q = jnp.einsum("bhts,bhsd->bhtd", d_logits, k)
+    d_k = jnp.einsum("bhts,bhtd->bhsd", d_logits, q)
+    return d_q, d_k, d_v, None, None, None
+
+
+_softmax_attend.defvjp(_softmax_attend_fwd, _softmax_attend_bwd)
+
+
+def _fused_attention(q, k, v, mask, dropout) -> jax.Array:
+    """`attend(dropout(attention_weights(q, k, mask)), v)` through `_softmax_attend`: q
+    `(B, T, H, Dh)`, k, v `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, T, H, Dh)`.
+    `dropout` is an elementwise multiplicative map (dropout): it is applied to ones to get its
+    scaled mask. A query with no allowed key gets zero weights, as in `attention_weights`."""
+    scale = jnp.asarray(1.0 / jnp.sqrt(q.shape[-1]), q.dtype)
+    q, k, v = heads_first(q * scale), heads_first(k), heads_first(v)
+    bias = jnp.where(mask, 0.0, jnp.finfo(q.dtype).min).astype(q.dtype)
+    keep = None if dropout is None else dropout(jnp.ones(q.shape[:3] + k.shape[2:3], q.dtype))
+    rows = mask.any(-1, keepdims=True).astype(q.dtype)
+    return heads_first(_softmax_attend(q, k, v, bias, keep, rows))
+
+
 #: Query block of causal attention (`dot_product_attention(..., causal=True)`).
 CAUSAL_QUERY_BLOCK = 64
 
@@ -74,7 +122,7 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     """softmax(q k^T / sqrt(Dh)) v over the keys `mask` allows: q `(B, T, H, Dh)`, k and v
     `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, T, H, Dh)`, through cuDNN where
     `attention_implementation` picks it (a configuration cuDNN rejects falls back), else
-    `attention_weights` and one more matmul.
+    `_softmax_attend` (XLA, with a flash-attention backward pass).
 
     `causal_from=p`: the caller guarantees a causal mask after a prefix of p tokens (S == T;
     no query attends to a later key, except that the first p queries may attend to any of the
@@ -84,17 +132,16 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     less attention work and smaller score tensors (the quick model's step 1.2x on a CPU:
     benchmarks/RESULTS.md).
 
-    `dropout`: attention dropout, `(B, H, T', S')` weights -> dropped weights, applied to each
-    block's weights (the keys a block skips have weight 0 with or without it), so it also skips
-    a causal mask's share of the random bits (the paper-scale Headless-AD's main cost on a CPU).
+    `dropout`: attention dropout, an elementwise multiplicative map of `(B, H, T', S')` weights
+    (its mask is drawn per block; the keys a block skips have weight 0 with or without it), so
+    it also skips a causal mask's share of the random bits.
     """
     fused = _cudnn_attention(q, k, v, mask) if dropout is None else None
     if fused is not None:
         return fused
-    dropout = dropout or (lambda weights: weights)
     length = q.shape[1]
     if causal_from is None or length <= CAUSAL_QUERY_BLOCK:
-        return attend(dropout(attention_weights(q, k, mask)), v)
+        return _fused_attention(q, k, v, mask, dropout)
     if k.shape[1] != length:
         raise ValueError(f"causal attention needs as many keys as queries, got {k.shape[1]} "
                          f"keys for {length} queries")
@@ -102,8 +149,7 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     ends = [end for end in range(size, length, size) if end > causal_from] + [length]
     starts = [0] + ends[:-1]
     return jnp.concatenate([
-        attend(dropout(attention_weights(q[:, lo:hi], k[:, :hi], mask[:, :, lo:hi, :hi])),
-               v[:, :hi])
+        _fused_attention(q[:, lo:hi], k[:, :hi], v[:, :hi], mask[:, :, lo:hi, :hi], dropout)
         for lo, hi in zip(starts, ends)], axis=1)
 
 
