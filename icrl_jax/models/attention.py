@@ -68,7 +68,7 @@ def _cudnn_attention(q, k, v, mask) -> jax.Array | None:
 def _softmax_attend(q, k, v, bias, keep, rows):
     """`(softmax(q k^T + bias) * rows * keep) v` on heads-first arrays: q `(B, H, T, Dh)` (scaled),
     k and v `(B, H, S, Dh)`, additive bias `(B or 1, 1, T, S)`, keep `(B, H, T, S)` (scaled
-    dropout mask) or None, rows `(B or 1, 1, T, 1)` (0 for a query with no allowed key) or None
+    dropout mask) or None, rows `(B or 1, 1, T, 1)` (0 for a query with no allowed key)
     -> `(B, H, T, Dh)`. Its own backward pass is flash attention's: the softmax's row term is
     `sum(dO * O)` over Dh instead of a pass over the `(B, H, T, S)` weights, and the dropout
     mask and the row mask are applied inside the same elementwise pass (`_fused_attention`)."""
@@ -78,9 +78,7 @@ def _softmax_attend(q, k, v, bias, keep, rows):
 def _softmax_attend_fwd(q, k, v, bias, keep, rows):
     logits = jnp.einsum("bhtd,bhsd->bhts", q, k) + bias
     exp = jnp.exp(logits - jnp.max(logits, -1, keepdims=True))
-    weights = exp * (1.0 / jnp.sum(exp, -1, keepdims=True))
-    if rows is not None:
-        weights = weights * rows
+    weights = exp * (rows / jnp.sum(exp, -1, keepdims=True))
     out = jnp.einsum("bhts,bhsd->bhtd", weights if keep is None else weights * keep, v)
     return out, (q, k, v, weights, keep, out)
 
