@@ -31,8 +31,9 @@ def keep_mask(key: jax.Array, keep: float | jax.Array, shape: tuple[int, ...]
     words = jax.random.bits(key, shape[:-1] + ((last + 1) // 2,), jnp.uint32)
     threshold = jnp.round(jnp.clip(jnp.asarray(keep, jnp.float32), 0.0, 1.0) * LEVELS
                           ).astype(jnp.uint32)
-    halves = jnp.concatenate([words & (LEVELS - 1), words >> 16], axis=-1)[..., :last]
-    return halves < threshold, threshold.astype(jnp.float32) / LEVELS
+    mask = jnp.concatenate([(words & (LEVELS - 1)) < threshold, (words >> 16) < threshold],
+                           axis=-1)[..., :last]
+    return mask, threshold.astype(jnp.float32) / LEVELS
 
 
 class Dropout(nn.Module):
