@@ -34,6 +34,7 @@ ATTENTION_CASES = (
     ("small quick model", 64, 100, 4, 16, 0.0, 40),
     ("quick model with attention dropout (Uni[MASK]'s)", 64, 100, 4, 16, 0.1, 40),
     ("Headless-AD paper scale", 4, 300, 64, 8, 0.22, 8),
+    ("medium model", 64, 200, 8, 32, 0.0, 10),
 )
 #: (label, shape, rate, calls)
 DROPOUT_CASES = (
