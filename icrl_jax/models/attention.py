@@ -91,7 +91,10 @@ def _contract_queries(a, b):
     backend runs in a generic matmul about 2x slower than its fast kernels. Transposing the
     narrow `b` instead (T x Dh, not T x S) gives a plain `(Dh, T) x (T, S)` product there; the
     barriers stop XLA's simplifier from folding the two small transposes back into the
-    product."""
+    product. Other backends take the product as written (their matmuls read transposed
+    operands in place)."""
+    if jax.default_backend() != "cpu":
+        return jnp.einsum("...ts,...td->...sd", a, b)
     b_t = jax.lax.optimization_barrier(jnp.swapaxes(b, -1, -2))
     return jnp.swapaxes(jax.lax.optimization_barrier(jnp.matmul(b_t, a)), -1, -2)
 
