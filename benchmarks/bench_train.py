@@ -108,6 +108,12 @@ def benchmark_model(layers, d_model, heads, batch, context, precision="fp32"):
 #: Set by `benchmarks/profile_train.py`: after timing, `_time_calls` traces one more call with
 #: the JAX profiler into this directory and writes the compiled program's HLO text beside it.
 TRACE_DIR: str | None = None
+#: Set by `benchmarks/bench_step_ab.py`: a context manager factory under which `_time_calls`
+#: also compiles a reference step, times both alternately in `AB_ROUNDS` rounds, and leaves the
+#: median seconds per call of each in `AB_SECONDS` ("reference", "this checkout").
+AB_REFERENCE = None
+AB_ROUNDS = 10
+AB_SECONDS: dict[str, float] = {}
 
 
 def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=None):
@@ -115,23 +121,38 @@ def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=No
     the final state. `num_replicas` > 0: that many vmapped replicas (`hyper` per replica)."""
     mesh = data_mesh()
     replicas = num_replicas > 0
-    if replicas:
-        keys = jax.random.split(jax.random.PRNGKey(0), num_replicas)
-        state = jax.vmap(lambda k, h: init_state(build, train_data, k, h))(keys, hyper)
-        seed = keys
-    else:
-        state = init_state(build, train_data, jax.random.PRNGKey(0))
-        seed = jax.random.PRNGKey(1)
-    state = jax.device_put(state, state_sharding(mesh, replicas, num_replicas))
-    train_steps = make_train_steps(build, train_data, train_config, mesh, replicas, num_replicas)
+
+    def compiled():
+        if replicas:
+            keys = jax.random.split(jax.random.PRNGKey(0), num_replicas)
+            state = jax.vmap(lambda k, h: init_state(build, train_data, k, h))(keys, hyper)
+        else:
+            state = init_state(build, train_data, jax.random.PRNGKey(0))
+        state = jax.device_put(state, state_sharding(mesh, replicas, num_replicas))
+        steps = make_train_steps(build, train_data, train_config, mesh, replicas, num_replicas)
+        state, metrics = steps(state, data, seed, hyper)  # compile
+        jax.block_until_ready(metrics)
+        return [steps, state]
+
+    seed = jax.random.split(jax.random.PRNGKey(0), num_replicas) if replicas else \
+        jax.random.PRNGKey(1)
     data = train_data.arrays
-    state, metrics = train_steps(state, data, seed, hyper)  # compile
-    jax.block_until_ready(metrics)
-    start = time.perf_counter()
-    for _ in range(calls):
-        state, metrics = train_steps(state, data, seed, hyper)
-    jax.block_until_ready(metrics)
-    seconds = (time.perf_counter() - start) / calls
+    variants = {}
+    if AB_REFERENCE is not None:
+        with AB_REFERENCE():  # traced (and compiled) under the reference implementation
+            variants["reference"] = compiled()
+    variants["this checkout"] = compiled()
+    times = {name: [] for name in variants}
+    for _ in range(AB_ROUNDS if AB_REFERENCE is not None else 1):
+        for name, variant in variants.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                variant[1], metrics = variant[0](variant[1], data, seed, hyper)
+            jax.block_until_ready(metrics)
+            times[name].append((time.perf_counter() - start) / calls)
+    AB_SECONDS.update({name: float(np.median(t)) for name, t in times.items()})
+    train_steps, state = variants["this checkout"]
+    seconds = AB_SECONDS["this checkout"]
     if TRACE_DIR is not None:
         os.makedirs(TRACE_DIR, exist_ok=True)
         with open(os.path.join(TRACE_DIR, "step.hlo"), "w") as f:

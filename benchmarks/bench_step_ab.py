@@ -1,0 +1,71 @@
+"""The whole training step with and without one change, in one process.
+
+    python benchmarks/bench_step_ab.py --reference attention_backward_einsum [--rows small,main_job]
+        [--rounds 12]
+
+`bench_train.py --old` runs each checkout in its own processes; on these shared cores a
+process's throughput moves by up to 25% between repeats of the same code, more than most changes
+to the step. Here one process compiles the step of a `bench_train.py` row twice, once traced with
+a function of this checkout replaced by a reference implementation (`REFERENCES`, the code the
+change replaced), and calls the two in turn for `--rounds` rounds: the same load hits both, and
+the ratio of the medians is what to read. Nothing is written to RESULTS.md; quote the printed
+lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+
+import bench_train as B  # this directory; it also puts this checkout on sys.path
+import jax.numpy as jnp
+
+
+def _einsum_contract_queries(a, b):
+    """`sum_t a[..., t, s] b[..., t, d]` written directly (before 085bdf5)."""
+    return jnp.einsum("...ts,...td->...sd", a, b)
+
+
+#: name -> (module, attribute, reference implementation)
+REFERENCES = {
+    "attention_backward_einsum": ("icrl_jax.models.attention", "_contract_queries",
+                                  _einsum_contract_queries),
+}
+
+
+@contextlib.contextmanager
+def _replaced(module_name: str, attribute: str, value):
+    module = importlib.import_module(module_name)
+    original = getattr(module, attribute)
+    setattr(module, attribute, value)
+    try:
+        yield
+    finally:
+        setattr(module, attribute, original)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reference", choices=tuple(REFERENCES), required=True)
+    parser.add_argument("--rows", default="small,main_job",
+                        help=f"comma-separated, of {', '.join(B.ROWS_BEFORE_AFTER)}")
+    parser.add_argument("--rounds", type=int, default=12)
+    args = parser.parse_args()
+    rows = args.rows.split(",")
+    unknown = [row for row in rows if row not in B.ROWS_BEFORE_AFTER]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; available: {', '.join(B.ROWS_BEFORE_AFTER)}")
+    B.AB_REFERENCE = lambda: _replaced(*REFERENCES[args.reference])
+    B.AB_ROUNDS = args.rounds
+    for row in rows:
+        B.ROWS_BEFORE_AFTER[row][1](1 if row.startswith("headless") else 3)
+        old, new = B.AB_SECONDS["reference"], B.AB_SECONDS["this checkout"]
+        print(f"{row}: reference {old * 1e3:.1f} ms per call, this checkout {new * 1e3:.1f} ms "
+              f"({old / new:.3f}x); {args.rounds} rounds, load average {os.getloadavg()[0]:.1f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
