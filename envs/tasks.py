@@ -10,19 +10,27 @@ import jax
 import numpy as np
 
 
-def split_tasks(num_tasks: int, num_train: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def split_tasks(num_tasks: int, num_train: int, seed: int = 0, num_test: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Split task ids `0..num_tasks-1` into disjoint train and test sets.
 
     The ids are shuffled by a seeded NumPy permutation (same seed -> same split on every machine),
-    then the first `num_train` go to train and the rest to test; each part is returned sorted.
+    then the first `num_train` go to train and the next `num_test` (default: all the rest) to
+    test; each part is returned sorted. The test set is a random sample of the held-out ids, not
+    the lowest ones: in an environment whose ids enumerate its tasks in order (Key-to-Door's
+    `key * 80 + door`), the lowest 100 ids would all have their key in the same two cells.
 
     Returns:
-      `(train_ids, test_ids)`: int32 arrays of shapes `(num_train,)` and `(num_tasks - num_train,)`.
+      `(train_ids, test_ids)`: int32 arrays of shapes `(num_train,)` and `(num_test,)`.
     """
+    num_test = num_tasks - num_train if num_test is None else num_test
     if not 0 <= num_train <= num_tasks:
         raise ValueError(f"num_train={num_train} must be in [0, num_tasks={num_tasks}]")
+    if not 0 <= num_test <= num_tasks - num_train:
+        raise ValueError(f"num_test={num_test} must be in [0, num_tasks - num_train="
+                         f"{num_tasks - num_train}]")
     perm = np.random.default_rng(seed).permutation(num_tasks).astype(np.int32)
-    return np.sort(perm[:num_train]), np.sort(perm[num_train:])
+    return np.sort(perm[:num_train]), np.sort(perm[num_train:num_train + num_test])
 
 
 def task_key(seed: int | jax.Array, task_id: jax.Array) -> jax.Array:

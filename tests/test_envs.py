@@ -393,6 +393,19 @@ def test_split_tasks_disjoint_and_reproducible():
     assert (split_tasks(80, 60, seed=4)[0] != train).any()
     with pytest.raises(ValueError):
         split_tasks(10, 11)
+    with pytest.raises(ValueError, match="num_test=5"):
+        split_tasks(10, 6, num_test=5)
+
+
+def test_split_tasks_held_out_sample_is_random_not_the_lowest_ids():
+    # Key-to-Door's ids enumerate (key, door) in order; the 100 lowest held-out ids would put
+    # every held-out key in cell 0 or 1.
+    env = envs.make("key_to_door")
+    train, test = split_tasks(env.num_tasks, 100, seed=0, num_test=100)
+    assert (train == split_tasks(env.num_tasks, 100, seed=0)[0]).all()  # train as without num_test
+    assert len(test) == 100 and not set(train) & set(test)
+    assert (test < 160).mean() < 0.2  # the ids of keys in cells 0 and 1
+    assert len(set(np.asarray(env.task_params(test).key).tolist())) > 30
 
 
 def test_make_unknown_lists_valid_names():

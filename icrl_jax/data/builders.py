@@ -52,8 +52,7 @@ def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
                         f"num_train_tasks + num_test_tasks = "
                         f"{data.num_train_tasks + data.num_test_tasks}")
     from envs import split_tasks
-    train, test = split_tasks(env.num_tasks, data.num_train_tasks, data.split_seed)
-    return train, test[: data.num_test_tasks]
+    return split_tasks(env.num_tasks, data.num_train_tasks, data.split_seed, data.num_test_tasks)
 
 
 class Builder:
