@@ -121,11 +121,15 @@ def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=No
     the final state. `num_replicas` > 0: that many vmapped replicas (`hyper` per replica)."""
     mesh = data_mesh()
     replicas = num_replicas > 0
+    # Replicas are initialised from their own keys and train with them as their seeds.
+    seed = jax.random.split(jax.random.PRNGKey(0), num_replicas) if replicas else \
+        jax.random.PRNGKey(1)
+    data = train_data.arrays
 
     def compiled():
+        """[the jitted steps, a state after one (compiling) call]"""
         if replicas:
-            keys = jax.random.split(jax.random.PRNGKey(0), num_replicas)
-            state = jax.vmap(lambda k, h: init_state(build, train_data, k, h))(keys, hyper)
+            state = jax.vmap(lambda k, h: init_state(build, train_data, k, h))(seed, hyper)
         else:
             state = init_state(build, train_data, jax.random.PRNGKey(0))
         state = jax.device_put(state, state_sharding(mesh, replicas, num_replicas))
@@ -134,9 +138,6 @@ def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=No
         jax.block_until_ready(metrics)
         return [steps, state]
 
-    seed = jax.random.split(jax.random.PRNGKey(0), num_replicas) if replicas else \
-        jax.random.PRNGKey(1)
-    data = train_data.arrays
     variants = {}
     if AB_REFERENCE is not None:
         with AB_REFERENCE():  # traced (and compiled) under the reference implementation
