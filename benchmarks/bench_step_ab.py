@@ -1,7 +1,7 @@
 """The whole training step with and without one change, in one process.
 
-    python benchmarks/bench_step_ab.py --reference attention_backward_einsum [--rows small,main_job]
-        [--rounds 12]
+    python benchmarks/bench_step_ab.py --reference attention_backward_einsum|one_device
+        [--rows small,main_job] [--rounds 12]
 
 `bench_train.py --old` runs each checkout in its own processes; on these shared cores a
 process's throughput moves by up to 25% between repeats of the same code, more than most changes
@@ -20,7 +20,10 @@ import importlib
 import os
 
 import bench_train as B  # this directory; it also puts this checkout on sys.path
+import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
 
 
 def _einsum_contract_queries(a, b):
@@ -28,10 +31,19 @@ def _einsum_contract_queries(a, b):
     return jnp.einsum("...ts,...td->...sd", a, b)
 
 
+def _one_device_mesh(split=None):
+    """The mesh of one CPU device (JAX's default count, before `icrl_jax.cpu_devices`)."""
+    del split
+    return Mesh(np.array(jax.devices()[:1]), ("data",))
+
+
 #: name -> (module, attribute, reference implementation)
 REFERENCES = {
     "attention_backward_einsum": ("icrl_jax.models.attention", "_contract_queries",
                                   _einsum_contract_queries),
+    # The step on one device of this process's one-per-core CPU devices: both share the
+    # process's thread pool, so this is the one-device training a plain JAX process runs.
+    "one_device": ("bench_train", "data_mesh", _one_device_mesh),
 }
 
 

@@ -45,6 +45,12 @@ try:  # measure what `icrl-jax` runs: its host malloc settings (re-executes this
 except ImportError:  # a checkout older than icrl_jax/host_memory.py
     pass
 HOST_MALLOC = os.environ.get("GLIBC_TUNABLES") or "glibc default"
+try:  # and its CPU devices (one per core), before JAX starts
+    from icrl_jax import cpu_devices
+    if os.path.abspath(cpu_devices.__file__).startswith(os.path.abspath(TREE) + os.sep):
+        cpu_devices.use_one_device_per_core()
+except ImportError:  # a checkout older than icrl_jax/cpu_devices.py: one CPU device
+    pass
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -58,7 +64,7 @@ from icrl_jax.models.transformer import count_params, default_transformer_config
 from icrl_jax.data.dataset import sample_windows  # noqa: E402
 from icrl_jax.data.train_data import on_device  # noqa: E402
 from icrl_jax.train import (data_mesh, default_train_config, init_state, make_optimizer,  # noqa: E402
-                            make_train_steps, state_sharding)
+                            make_train_steps, place_data, state_sharding)
 
 # Dense tensor-core peaks (FLOP/s), from the vendors' datasheets (without sparsity): TF32 (what
 # float32 matmuls run as under JAX's default precision) and bf16.
@@ -119,15 +125,18 @@ AB_SECONDS: dict[str, float] = {}
 def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=None):
     """Seconds per jitted call of `train_config.steps_per_call` steps (compile excluded), and
     the final state. `num_replicas` > 0: that many vmapped replicas (`hyper` per replica)."""
-    mesh = data_mesh()
     replicas = num_replicas > 0
     # Replicas are initialised from their own keys and train with them as their seeds.
     seed = jax.random.split(jax.random.PRNGKey(0), num_replicas) if replicas else \
         jax.random.PRNGKey(1)
-    data = train_data.arrays
 
     def compiled():
-        """[the jitted steps, a state after one (compiling) call]"""
+        """[the jitted steps, a state after one (compiling) call, the placed data]"""
+        try:  # the devices `train` would use (a reference may replace `data_mesh`)
+            mesh = data_mesh(num_replicas if replicas else train_config.batch_size)
+        except TypeError:  # a checkout whose `data_mesh` takes every device
+            mesh = data_mesh()
+        data = place_data(train_data.arrays, mesh)
         if replicas:
             state = jax.vmap(lambda k, h: init_state(build, train_data, k, h))(seed, hyper)
         else:
@@ -136,7 +145,7 @@ def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=No
         steps = make_train_steps(build, train_data, train_config, mesh, replicas, num_replicas)
         state, metrics = steps(state, data, seed, hyper)  # compile
         jax.block_until_ready(metrics)
-        return [steps, state]
+        return [steps, state, data]
 
     variants = {}
     if AB_REFERENCE is not None:
@@ -148,11 +157,11 @@ def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=No
         for name, variant in variants.items():
             start = time.perf_counter()
             for _ in range(calls):
-                variant[1], metrics = variant[0](variant[1], data, seed, hyper)
+                variant[1], metrics = variant[0](variant[1], variant[2], seed, hyper)
             jax.block_until_ready(metrics)
             times[name].append((time.perf_counter() - start) / calls)
     AB_SECONDS.update({name: float(np.median(t)) for name, t in times.items()})
-    train_steps, state = variants["this checkout"]
+    train_steps, state, data = variants["this checkout"]
     seconds = AB_SECONDS["this checkout"]
     if TRACE_DIR is not None:
         os.makedirs(TRACE_DIR, exist_ok=True)
@@ -324,6 +333,8 @@ ROWS_BEFORE_AFTER = {
                          lambda calls: measure_headless_paper(4, calls)),
     "unimask": ("Uni[MASK] DoorKey quick grid (dropout 0.1), 30 vmapped replicas of 2x64, 30x100x10",
                 lambda calls: measure_unimask(30, calls)),
+    "gpt_dt": ("GPT-DT / DT quick (hopper shapes), 4x128, 4 heads, 32x60",
+               lambda calls: measure_gpt_dt(False, calls)),
 }
 BEFORE_AFTER_HEADING = "## Training throughput before and after (side by side)"
 

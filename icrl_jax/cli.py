@@ -38,6 +38,7 @@ from ml_collections import config_flags
 
 from icrl_jax.config import check_key
 from icrl_jax.errors import UserError, did_you_mean, unknown_name
+from icrl_jax.cpu_devices import use_one_device_per_core
 from icrl_jax.host_memory import reexec_with_huge_pages
 
 COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm", "pretrain-vq")
@@ -181,6 +182,11 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 def main() -> None:
     reexec_with_huge_pages()  # first: glibc reads the tunable at start (icrl_jax/host_memory.py)
+    try:
+        use_one_device_per_core()  # before JAX starts (icrl_jax/cpu_devices.py)
+    except ValueError as e:
+        print(f"icrl-jax: {e}", file=sys.stderr)
+        sys.exit(2)
     try:
         app.run(_run, flags_parser=_parse_flags)
     except UserError as e:

@@ -11,8 +11,9 @@ how many steps run per jitted call, on the number of devices or processes, or on
 interrupted.
 
 Devices: batches are sharded over a 1-d mesh of all devices of all processes (`data_mesh`;
-multi-process runs: `icrl_jax.distributed`); replicas are sharded over it too when their count
-divides over the devices. `train.compute_dtype` "bf16" computes in bfloat16 with float32
+multi-process runs: `icrl_jax.distributed`; a CPU host has one device per core,
+`icrl_jax.cpu_devices`); replicas are sharded over it too. In one process, a batch or replica
+count that does not divide over every device uses the most devices it divides over. `train.compute_dtype` "bf16" computes in bfloat16 with float32
 parameters, optimiser state, logits and loss; "auto" picks it on accelerators with fast bf16
 (GPUs from Ampere on, TPUs) and float32 on the CPU.
 """
@@ -83,9 +84,16 @@ def make_optimizer(config, hyper: dict[str, jax.Array] | None = None,
                                  labels)
 
 
-def data_mesh() -> Mesh:
-    """A 1-d mesh over all devices of all processes; batches are split along its `data` axis."""
-    return Mesh(np.array(jax.devices()), ("data",))
+def data_mesh(split: int | None = None) -> Mesh:
+    """A 1-d mesh over all devices of all processes; batches (or replicas) are split along its
+    `data` axis. In one process, `split` (the batch size, or the replica count) takes the most
+    devices it divides over: batch 63 on 2 CPU devices (`icrl_jax.cpu_devices`) trains on one,
+    not a padded or replicated two. Several processes keep every device (their batch must
+    divide over them all)."""
+    devices = jax.devices()
+    if split and jax.process_count() == 1:
+        devices = devices[:max(n for n in range(1, len(devices) + 1) if split % n == 0)]
+    return Mesh(np.array(devices), ("data",))
 
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -277,7 +285,7 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     """The loop shared by `train` and `train_replicas` (see the module docstring); returns the
     final state and the last call's metrics averaged over its steps (`(K,)` with replicas)."""
     check_step_config(config)
-    mesh = data_mesh()
+    mesh = data_mesh(len(seed_keys) if replicas else config.batch_size)
     replicated = NamedSharding(mesh, P())
     num_replicas = len(seed_keys) if replicas else 0
     placed = state_sharding(mesh, replicas, num_replicas)
