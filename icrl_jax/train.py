@@ -13,9 +13,10 @@ interrupted.
 Devices: batches are sharded over a 1-d mesh of all devices of all processes (`data_mesh`;
 multi-process runs: `icrl_jax.distributed`; a CPU host has one device per core,
 `icrl_jax.cpu_devices`); replicas are sharded over it too. In one process, a batch or replica
-count that does not divide over every device uses the most devices it divides over. `train.compute_dtype` "bf16" computes in bfloat16 with float32
-parameters, optimiser state, logits and loss; "auto" picks it on accelerators with fast bf16
-(GPUs from Ampere on, TPUs) and float32 on the CPU.
+count that does not divide over every device uses the most devices it divides over.
+`train.compute_dtype` "bf16" computes in bfloat16 with float32 parameters, optimiser state,
+logits and loss; "auto" picks it on accelerators with fast bf16 (GPUs from Ampere on, TPUs) and
+float32 on the CPU.
 """
 
 from __future__ import annotations
