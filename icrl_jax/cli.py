@@ -37,8 +37,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from icrl_jax.config import check_key
-from icrl_jax.errors import UserError, did_you_mean, unknown_name
 from icrl_jax.cpu_devices import use_one_device_per_core
+from icrl_jax.errors import UserError, did_you_mean, unknown_name
 from icrl_jax.host_memory import reexec_with_huge_pages
 
 COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm", "pretrain-vq")
