@@ -1,12 +1,13 @@
 """One XLA CPU device per core, so that a CPU host trains data-parallel.
 
-XLA's CPU backend gives each device one pool of threads, one per core, and splits every
-operation of a step over it. The quick models' operations are small (a `(6400, 64) x (64, 64)`
-matmul is some 50 microseconds), so the cores spend much of a step joining and waiting for each
-other, operation after operation. With one CPU device per core, `train.data_mesh` splits each
-batch over the devices, each device runs the whole step on its share, and XLA adds one
-all-reduce of the gradients per step: the same model (up to float rounding in the gradient
-sum), with the cores working side by side (`benchmarks/RESULTS.md`, "One CPU device per core").
+XLA's CPU backend splits every operation of a device's step over one pool of threads. With one
+CPU device per core, `train.data_mesh` splits each batch over the devices instead: each device
+runs the whole step on its share, and XLA adds one all-reduce of the gradients per step. The
+model is the same (up to float rounding in the gradient sum). Measured in one process against
+one device (`benchmarks/RESULTS.md`, "One CPU device per core"): the 2x64 quick models'
+step 1.22-1.28x, medium 1.16x, GPT-DT quick 1.01-1.06x, and Headless-AD at paper scale, batch 4,
+0.77-0.93x (set `ICRL_JAX_CPU_DEVICES=1` for that one). Our reading, not verified: the small
+operations of the quick models gain most from not being split over the cores one by one.
 Evaluation rollouts and generated histories are sharded over the same devices.
 
 JAX fixes its CPU device count when its backend starts, so `icrl-jax` calls
