@@ -1,6 +1,6 @@
 """The whole training step with and without one change, in one process.
 
-    python benchmarks/bench_step_ab.py --reference attention_backward_einsum|one_device
+    python benchmarks/bench_step_ab.py --reference attention_backward_einsum|dropout_bits_halves|one_device
         [--rows small,main_job] [--rounds 12]
 
 `bench_train.py --old` runs each checkout in its own processes; on these shared cores a
@@ -31,6 +31,19 @@ def _einsum_contract_queries(a, b):
     return jnp.einsum("...ts,...td->...sd", a, b)
 
 
+def _bits_keep_mask(key, keep, shape):
+    """Dropout masks from the 16-bit halves of `jax.random.bits` words (before the unrolled
+    Threefry of `icrl_jax.models.dropout.keep_mask`)."""
+    from icrl_jax.models.dropout import LEVELS
+    last = shape[-1]
+    words = jax.random.bits(key, shape[:-1] + ((last + 1) // 2,), jnp.uint32)
+    threshold = jnp.round(jnp.clip(jnp.asarray(keep, jnp.float32), 0.0, 1.0) * LEVELS
+                          ).astype(jnp.uint32)
+    mask = jnp.concatenate([(words & (LEVELS - 1)) < threshold, (words >> 16) < threshold],
+                           axis=-1)[..., :last]
+    return mask, threshold.astype(jnp.float32) / LEVELS
+
+
 def _one_device_mesh(split=None):
     """The mesh of one CPU device (JAX's default count, before `icrl_jax.cpu_devices`)."""
     del split
@@ -41,6 +54,7 @@ def _one_device_mesh(split=None):
 REFERENCES = {
     "attention_backward_einsum": ("icrl_jax.models.attention", "_contract_queries",
                                   _einsum_contract_queries),
+    "dropout_bits_halves": ("icrl_jax.models.dropout", "keep_mask", _bits_keep_mask),
     # The step on one device of this process's one-per-core CPU devices: both share the
     # process's thread pool, so this is the one-device training a plain JAX process runs.
     "one_device": ("bench_train", "data_mesh", _one_device_mesh),

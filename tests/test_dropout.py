@@ -1,23 +1,65 @@
-"""Dropout masks from 16-bit halves of random words: rate, scale, edge rates, traced rates."""
+"""Dropout masks from 16-bit halves of Threefry words: the hash against JAX's and the reference
+vectors, the mask's layout, sharding, rate, scale, edge rates, traced rates."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend.random import threefry_2x32
 
-from icrl_jax.models.dropout import LEVELS, Dropout, keep_mask
+from icrl_jax.models.dropout import LEVELS, Dropout, keep_mask, threefry2x32
+
+
+@pytest.mark.parametrize("key, count, expected", [
+    # Known-answer vectors of Threefry-2x32-20 (Random123's kat_vectors; JAX's tests use them).
+    ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+    ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+    ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
+])
+def test_threefry_reference_vectors(key, count, expected):
+    words = threefry2x32(*(jnp.uint32(x) for x in key + count))
+    assert tuple(int(w) for w in words) == expected
+
+
+def test_threefry_matches_jax_on_arrays():
+    """The unrolled hash gives JAX's `threefry_2x32` bits (which hashes the two halves of its
+    counter array as the pairs), elementwise over a whole array of counters."""
+    counts = jax.random.bits(jax.random.key(9), (2, 500), jnp.uint32)
+    keys = jnp.array([0x0BADF00D, 0xDEADBEEF], jnp.uint32)
+    ours = threefry2x32(keys[0], keys[1], counts[0], counts[1])
+    np.testing.assert_array_equal(np.concatenate(ours), threefry_2x32(keys, counts.reshape(-1)))
 
 
 def test_mask_is_each_half_word_against_the_rounded_threshold():
-    """Hand-worked: the words' low halves fill the first half of the last axis, the high halves
+    """Hand-worked: row-major counters over `(4, ceil(5 / 2))`, hashed under the key's two
+    words; the first words' low halves fill the first half of the last axis, their high halves
     the rest (cut to the odd length), each compared with round(keep * 2^16)."""
     key = jax.random.key(3)
     mask, kept = keep_mask(key, 0.9, (4, 5))
-    words = np.asarray(jax.random.bits(key, (4, 3), jnp.uint32)).astype(np.int64)
+    key_words = jax.random.bits(key, (2,), jnp.uint32)
+    counters = np.arange(12, dtype=np.uint32)  # JAX hashes the halves of its count as pairs
+    words = np.asarray(threefry_2x32(key_words, np.concatenate([counters, 0 * counters])))
+    words = words[:12].reshape(4, 3).astype(np.int64)
     halves = np.concatenate([words & 0xFFFF, words >> 16], axis=1)[:, :5]
     threshold = round(0.9 * LEVELS)
     np.testing.assert_array_equal(mask, halves < threshold)
     assert float(kept) == threshold / LEVELS
+
+
+def test_mask_is_the_same_sharded_and_jitted():
+    """Counters come from iotas in the mask's shape: jit and a batch sharding over the CPU
+    devices (one here unless the process has more) draw the same mask as eager code."""
+    key = jax.random.key(11)
+    eager, _ = keep_mask(key, 0.7, (8, 3, 37))
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    jitted = jax.jit(lambda k: keep_mask(k, 0.7, (8, 3, 37))[0], out_shardings=sharding)(key)
+    np.testing.assert_array_equal(jitted, eager)
+
+
+def test_too_many_counters_is_refused():
+    with pytest.raises(ValueError, match="2\\^32 counters"):
+        keep_mask(jax.random.key(0), 0.5, (2 ** 19, 2 ** 15))
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.5, 0.85])
