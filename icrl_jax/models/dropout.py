@@ -5,9 +5,9 @@ words of `jax.random.bernoulli` and no floats. The words come from the Threefry-
 `jax.random`'s default keys use (`threefry2x32`, bit-identical to JAX's), written out as one
 elementwise expression. JAX's own CPU lowering of that hash loops over five groups of rounds,
 each a pass over the whole array, and `jax.random.bits` spends two hash words per 32-bit word it
-returns; written out, XLA fuses all 20 rounds into the loop that compares the halves. At the
-Headless-AD paper scale's attention shapes, the attention core with dropout is 1.7x faster
-forward and backward (benchmarks/RESULTS.md).
+returns; written out, XLA fuses all 20 rounds into the loop that compares the halves: a mask
+4.4x faster, and at the Headless-AD paper scale's shapes the attention core with dropout 1.2-1.7x
+and the training step 1.06-1.14x faster on a CPU (benchmarks/RESULTS.md).
 
 The keep probability is rounded to a multiple of 2^-16 (0.9 -> 0.899994) and the kept values are
 scaled by that rounded probability's inverse, so the dropped activations' expectation is exactly
