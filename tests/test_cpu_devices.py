@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -93,3 +94,62 @@ def test_two_cpu_devices_train_any_batch_like_one(tmp_path):
     _, losses_odd_one = _train(tmp_path / "odd_one", 1, 3)
     _, losses_odd_two = _train(tmp_path / "odd_two", 2, 3)
     np.testing.assert_allclose(losses_odd_two, losses_odd_one, rtol=1e-5)
+
+
+_SAMPLE = textwrap.dedent("""
+    import json, re
+    import jax
+    jax.config.update("jax_num_cpu_devices", 2)
+    import jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from icrl_jax.data.dataset import StepWindows, sample_windows
+    from icrl_jax.train import data_mesh, place_data
+    rows, length, batch, window = 4, 50, 6, 7
+    steps = np.arange(rows)[:, None] * 1000 + np.arange(length)  # encodes (row, t)
+    data = StepWindows(jnp.asarray(steps, jnp.int32), jnp.asarray(steps + 1, jnp.int32),
+                       jnp.asarray(steps + 2, jnp.float32), jnp.asarray(steps + 3, jnp.int32),
+                       jnp.asarray(np.arange(rows * 5).reshape(rows, 5) % 3 == 0))
+    mesh = data_mesh(batch)
+    placed = place_data(data, mesh)
+    sample = jax.jit(lambda d, k: jax.lax.with_sharding_constraint(
+        sample_windows(d, k, batch, window), NamedSharding(mesh, P("data"))))
+    out = jax.tree.map(np.asarray, sample(placed, jax.random.key(3)))
+    local = jax.tree.map(np.asarray, sample_windows(data, jax.random.key(3), batch, window))
+    hlo = sample.lower(placed, jax.random.key(3)).compile().as_text()
+    collectives = [line for line in hlo.splitlines() if re.search(r" all-(reduce|gather)\\(", line)]
+    print(json.dumps(dict(
+        devices=mesh.devices.size,
+        row_split=len(placed.observations.sharding.device_set) == 2
+        and placed.observations.addressable_shards[0].data.shape[0] == rows // 2,
+        observations=out.observations.tolist(), prev_actions=out.prev_actions.tolist(),
+        prev_rewards=out.prev_rewards.tolist(), actions=out.actions.tolist(),
+        action_mask=out.action_mask.tolist(),
+        same_as_one_device=all(bool((a == b).all()) for a, b in
+                               zip(jax.tree.leaves(out), jax.tree.leaves(local))),
+        collectives=collectives)))
+""")
+
+
+def test_windows_sampled_from_rows_split_over_devices_move_only_the_windows():
+    """With the dataset's rows split over two devices (`place_data`), a sampled window is the
+    right slice of one row, the same as on one device, and what the devices exchange is the
+    `(batch, window)` windows, never the `(batch, length)` rows they come from."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    out = subprocess.run([sys.executable, "-c", _SAMPLE], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600, env=dict(env, JAX_PLATFORMS="cpu"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["devices"] == 2 and result["row_split"]
+    assert result["same_as_one_device"]
+    observations = np.array(result["observations"])
+    row, start = observations[:, 0] // 1000, observations[:, 0] % 1000
+    assert ((0 <= row) & (row < 4)).all() and ((0 <= start) & (start <= 50 - 7)).all()
+    np.testing.assert_array_equal(observations, observations[:, :1] + np.arange(7))
+    for offset, name in ((1, "prev_actions"), (2, "prev_rewards"), (3, "actions")):
+        np.testing.assert_array_equal(result[name], observations + offset)
+    np.testing.assert_array_equal(result["action_mask"],
+                                  (row[:, None] * 5 + np.arange(5)) % 3 == 0)
+    assert result["collectives"], "the rows live on two devices: windows must be exchanged"
+    for line in result["collectives"]:
+        shapes = re.findall(r"\[([\d,]+)\]", line.split(" all-")[0])
+        assert all("50" not in shape.split(",") for shape in shapes), line

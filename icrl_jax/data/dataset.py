@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.data.history import History, HistoryFormatError
+from icrl_jax.data.train_data import window_at
 from icrl_jax.models.tokens import shift_right
 
 
@@ -150,15 +151,12 @@ def sample_windows(data: StepWindows, key: jax.Array, batch_size: int, window: i
     last_start = length - window if data.lengths is None else data.lengths[rows] - window
     starts = jax.random.randint(key_start, (batch_size,), 0, last_start + 1)
 
-    def take(x, row, start):
-        return jax.lax.dynamic_slice_in_dim(x[row], start, window, axis=0)
-
     def window_of(row, start):
         return StepWindows(
-            observations=take(data.observations, row, start),
-            prev_actions=take(data.prev_actions, row, start),
-            prev_rewards=take(data.prev_rewards, row, start),
-            actions=take(data.actions, row, start),
+            observations=window_at(data.observations, row, start, window),
+            prev_actions=window_at(data.prev_actions, row, start, window),
+            prev_rewards=window_at(data.prev_rewards, row, start, window),
+            actions=window_at(data.actions, row, start, window),
             action_mask=data.action_mask[row],
         )
 

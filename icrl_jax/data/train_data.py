@@ -41,3 +41,15 @@ def on_device(arrays: Any, sample_fn: Callable[..., Any], window: int) -> TrainD
     import jax
     return TrainData(sample_fn(arrays, jax.random.key(0), 1, window), arrays=arrays,
                      sample_fn=sample_fn)
+
+
+def window_at(x, row, start, window: int):
+    """`x[row, start:start + window]` of a `(N, L, ...)` array -> `(window, ...)`; a start past
+    `L - window` is clamped, as `lax.dynamic_slice` does.
+
+    One slice of the whole array, not a row then a slice of it: under `vmap` it is one gather of
+    the windows, so with rows split over devices (`train.place_data`) XLA gathers and all-reduces
+    `(B, window, ...)`, not the `(B, L, ...)` rows they come from."""
+    import jax
+    return jax.lax.dynamic_slice(x, (row, start) + (0,) * (x.ndim - 2),
+                                 (1, window) + x.shape[2:])[0]

@@ -16,6 +16,7 @@ import numpy as np
 
 from icrl_jax.data import sources
 from icrl_jax.data.history import History, HistoryFormatError
+from icrl_jax.data.train_data import window_at
 
 
 @flax.struct.dataclass
@@ -110,7 +111,7 @@ def sample_trajectory_windows(data: Trajectories, key: jax.Array, batch_size: in
     starts = jax.random.randint(key_start, (batch_size,), 0, padded - window + 1)
 
     def window_of(row, start):
-        return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x[row], start, window, 0), data)
+        return jax.tree.map(lambda x: window_at(x, row, start, window), data)
 
     return jax.vmap(window_of)(rows, starts)
 
@@ -132,7 +133,7 @@ def sample_listed_windows(data: tuple[Trajectories, jax.Array], key: jax.Array, 
     picks = starts[jax.random.randint(key, (batch_size,), 0, starts.shape[0])]
 
     def window_of(row, start):
-        return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x[row], start, window, 0),
+        return jax.tree.map(lambda x: window_at(x, row, start, window),
                             episodes)
 
     return jax.vmap(window_of)(picks[:, 0], picks[:, 1])

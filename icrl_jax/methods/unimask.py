@@ -32,7 +32,7 @@ import numpy as np
 
 from icrl_jax.data.history import History
 from icrl_jax.data.sources import ParamSource, Source
-from icrl_jax.data.train_data import TrainData, on_device
+from icrl_jax.data.train_data import TrainData, on_device, window_at
 from icrl_jax.data.minari_io import MinariEpisodes
 from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, full_window_starts,
                                         sample_listed_windows, sample_trajectory_windows)
@@ -191,7 +191,7 @@ class UniMask(Method):
         if not len(starts):
             raise UserError(f"no episode can supply snippets of {self.snippet_len} steps")
         return jax.vmap(lambda r, s: jax.tree.map(
-            lambda x: jax.lax.dynamic_slice_in_dim(x[r], s, self.snippet_len, 0), episodes))(
+            lambda x: window_at(x, r, s, self.snippet_len), episodes))(
             jnp.asarray(starts[:, 0]), jnp.asarray(starts[:, 1]))
 
     # -- model ------------------------------------------------------------------------------
