@@ -1,7 +1,9 @@
 """The whole training step with and without one change, in one process.
 
-    python benchmarks/bench_step_ab.py --reference attention_backward_einsum|dropout_bits_halves|one_device
-        [--rows small,main_job] [--rounds 12]
+    python benchmarks/bench_step_ab.py --reference REFERENCE [--rows small,main_job] [--rounds 12]
+
+REFERENCE: attention_backward_einsum, dropout_bits_halves, sample_row_then_window,
+tokens_concat_mix or one_device.
 
 `bench_train.py --old` runs each checkout in its own processes; on these shared cores a
 process's throughput moves by up to 25% between repeats of the same code, more than most changes
@@ -18,8 +20,12 @@ import argparse
 import contextlib
 import importlib
 import os
+import subprocess
+import sys
+import types
 
 import bench_train as B  # this directory; it also puts this checkout on sys.path
+from bench_sampling import row_then_window
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,17 +50,37 @@ def _bits_keep_mask(key, keep, shape):
     return mask, threshold.astype(jnp.float32) / LEVELS
 
 
+class _AtCommit:
+    """An attribute of a module as it was at a commit (`git show`), loaded when first used."""
+
+    def __init__(self, commit: str, path: str, attribute: str):
+        self.commit, self.path, self.attribute = commit, path, attribute
+
+    def load(self):
+        source = subprocess.run(["git", "-C", B.ROOT, "show", f"{self.commit}:{self.path}"],
+                                check=True, capture_output=True, text=True).stdout
+        module = types.ModuleType(f"at_{self.commit}")
+        sys.modules[module.__name__] = module  # flax's dataclasses look their module up
+        exec(compile(source, f"{self.commit}:{self.path}", "exec"), module.__dict__)
+        return getattr(module, self.attribute)
+
+
 def _one_device_mesh(split=None):
     """The mesh of one CPU device (JAX's default count, before `icrl_jax.cpu_devices`)."""
     del split
     return Mesh(np.array(jax.devices()[:1]), ("data",))
 
 
-#: name -> (module, attribute, reference implementation)
+#: name -> (module or comma-separated modules, attribute, reference implementation)
 REFERENCES = {
     "attention_backward_einsum": ("icrl_jax.models.attention", "_contract_queries",
                                   _einsum_contract_queries),
     "dropout_bits_halves": ("icrl_jax.models.dropout", "keep_mask", _bits_keep_mask),
+    "sample_row_then_window": ("icrl_jax.data.dataset", "window_at", row_then_window),
+    # The step tokens before the mixing map was folded into the embeddings (one (B, T, 3D) x
+    # (3D, D) product a step).
+    "tokens_concat_mix": ("icrl_jax.methods.ad,icrl_jax.methods.headless_ad", "ADStepTokens",
+                          _AtCommit("73148c5", "icrl_jax/models/tokens.py", "ADStepTokens")),
     # The step on one device of this process's one-per-core CPU devices: both share the
     # process's thread pool, so this is the one-device training a plain JAX process runs.
     "one_device": ("bench_train", "data_mesh", _one_device_mesh),
@@ -62,14 +88,19 @@ REFERENCES = {
 
 
 @contextlib.contextmanager
-def _replaced(module_name: str, attribute: str, value):
-    module = importlib.import_module(module_name)
-    original = getattr(module, attribute)
-    setattr(module, attribute, value)
+def _replaced(module_names: str, attribute: str, value):
+    """`attribute` of each of the comma-separated modules replaced by `value`."""
+    modules = [importlib.import_module(name) for name in module_names.split(",")]
+    originals = [getattr(module, attribute) for module in modules]
+    if isinstance(value, _AtCommit):
+        value = value.load()
+    for module in modules:
+        setattr(module, attribute, value)
     try:
         yield
     finally:
-        setattr(module, attribute, original)
+        for module, original in zip(modules, originals):
+            setattr(module, attribute, original)
 
 
 def main():

@@ -1,7 +1,7 @@
 """Training throughput of the AD transformer: tokens/s, model FLOP/s, and MFU on a GPU.
 
 FLOPs per token use the Kaplan et al. (2020) convention, 6N + 12·L·d·T (N = non-embedding
-parameters, L layers, width d, context T), the same as `icrl_jax.models.transformer.flops_per_token`.
+parameters, `is_embedding`; L layers, width d, context T), the same as `icrl_jax.models.transformer.flops_per_token`.
 MFU divides achieved model FLOP/s by the device's dense peak for the dtype we train in (float32
 matmuls run as TF32 on NVIDIA GPUs by JAX's default precision), so it is only reported where the
 peak is known.
@@ -173,12 +173,21 @@ def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=No
     return seconds, state
 
 
+def is_embedding(path: str) -> bool:
+    """Parameters that do no per-token product, left out of N: position and id tables (DT's
+    timestep table too), and the AD step tokens' mixing map, reward map and grid coordinates,
+    which `models.tokens.ADStepTokens` folds into tables and vectors once a step. Its linear
+    maps of float inputs (`linear`, `action_linear`) still run per token and count."""
+    if any(name in path for name in ("position_embedding", "table", "'action'", "'timestep'")):
+        return True
+    return "'tokens'" in path and any(name in path for name in ("'mix'", "'reward'",
+                                                                "'coordinates'"))
+
+
 def _throughput(seconds_per_call, state, steps, batch, context, layers, d_model, replicas=1):
     params = jax.tree.map(lambda x: x[0], state.params) if replicas > 1 else state.params
     embedding = sum(int(np.size(x)) for path, x in jax.tree_util.tree_leaves_with_path(params)
-                    if "position_embedding" in jax.tree_util.keystr(path)
-                    or "table" in jax.tree_util.keystr(path) or "'action'" in jax.tree_util.keystr(path)
-                    or "'timestep'" in jax.tree_util.keystr(path))  # DT's timestep table
+                    if is_embedding(jax.tree_util.keystr(path)))
     n_nonembedding = count_params(params) - embedding
     flops = flops_per_token(n_nonembedding, layers, d_model, context)
     tokens = steps * batch * context * replicas / seconds_per_call
@@ -475,7 +484,9 @@ def main():
         f" --write`. Float32 parameters; {'bfloat16' if args.precision == 'bf16' else 'float32'} "
         "activations; "
         "10 optimiser steps per jitted call; compile time excluded. FLOPs per token = "
-        "6N + 12·L·d·T (Kaplan convention, N = non-embedding parameters). Peak host memory "
+        "6N + 12·L·d·T (Kaplan convention, N = non-embedding parameters; since the step tokens' "
+        "mixing map was folded into their tables, it counts as embedding: `is_embedding`). "
+        "Peak host memory "
         f"(ru_maxrss) {peak_mib:,.0f} MiB. Load average when it finished: "
         f"{os.getloadavg()[0]:.1f} (other jobs share these cores; compare rows, not runs). "
         f"MFU = model FLOP/s / peak, peak {peak / 1e9 if peak else 0:,.1f} GFLOP/s "
