@@ -83,3 +83,57 @@ def test_non_positive_temperature_is_a_clear_error():
     env = envs.make("darkroom")
     with pytest.raises(ValueError, match="temperature must be > 0"):
         in_context_source(tiny_ad(env), {}, env, CONTEXT, False, temperature=0.0)
+
+
+@pytest.mark.parametrize("position", ["learned", "rotary"])
+def test_ad_cached_decoding_equals_the_full_forward_pass(position):
+    """AD decoded step by step (and in blocks) from a key/value cache gives the logits of the
+    whole context at once, grid-cell features included."""
+    env = envs.make("darkroom")
+    config = default_transformer_config()
+    config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
+                       label_smoothing=0.0, position=position))
+    method = AD(config, env.num_actions, env.num_observations, grid_size=9)
+    task_params = env.task_params(np.array([3, 40]))
+    window = to_step_windows(generate_histories(env, envs_random(), task_params, CONTEXT,
+                                                jax.random.PRNGKey(0)))
+    params = method.init(jax.random.PRNGKey(1), window)
+    params = jax.tree.map(lambda x: x + 0.1 * jax.random.normal(jax.random.PRNGKey(4), x.shape),
+                          params)  # biases and gates away from their zero initialisation
+    full = method.context_logits(params, window, None)
+    cache = method.decode_init(params, window.action_mask, CONTEXT)
+    pieces = []
+    for start, stop in [(0, 1), (1, 5), (5, CONTEXT)]:
+        step = jax.tree.map(lambda x: x[:, start:stop] if x.ndim > 1 and x.shape[1] == CONTEXT
+                            else x, window)
+        logits, cache = method.decode_logits(params, cache, step, jnp.int32(start))
+        pieces.append(logits)
+    np.testing.assert_allclose(np.concatenate(pieces, 1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_ad_rollout_that_fits_the_context_decodes_from_a_cache_same_actions():
+    """A Dark Room rollout no longer than the context: the cached in-context policy and the one
+    that recomputes the window every step sample the same actions; with n-gram layers the
+    window is recomputed (they match over all of it)."""
+    env = envs.make("darkroom")
+    method = tiny_ad(env)
+    task_params = env.task_params(np.arange(4))
+    probe = to_step_windows(generate_histories(env, envs_random(), task_params, CONTEXT,
+                                               jax.random.PRNGKey(0)))
+    params = method.init(jax.random.PRNGKey(1), probe)
+    actions = {}
+    for max_steps in (None, CONTEXT):
+        policy = in_context_source(method, params, env, CONTEXT, greedy=False,
+                                   max_steps=max_steps, temperature=0.7)
+        assert policy.build.cached == (max_steps is not None)
+        actions[max_steps] = np.asarray(generate_histories(
+            env, policy, task_params, CONTEXT, jax.random.PRNGKey(7)).actions)
+    np.testing.assert_array_equal(actions[None], actions[CONTEXT])
+    assert len(np.unique(actions[CONTEXT])) > 1  # sampled, not a constant policy
+
+    config = default_transformer_config()
+    config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
+                       label_smoothing=0.0, ngram_positions=(1,)))
+    with_ngrams = AD(config, env.num_actions, env.num_observations)
+    assert not in_context_source(with_ngrams, params, env, CONTEXT, greedy=False,
+                                 max_steps=CONTEXT).build.cached

@@ -36,11 +36,16 @@ class ADModel(nn.Module):
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, deterministic: bool = True,
                  return_attention: bool = False, ngram_ids: jax.Array | None = None,
-                 encoded: bool = False):
+                 encoded: bool = False, cache: list | None = None,
+                 step_index: jax.Array | None = None):
         """Returns logits `(B, L, A)` (unmasked), plus attention maps when asked.
 
         `ngram_ids`: int `(B, L[, K])` step ids for the backbone's n-gram layers, if it has any.
         `encoded`: the observations are already `encode`d features `(B, L, E)`.
+        `cache`: incremental decoding (`Transformer.init_cache`, one slot per step): the inputs
+        are steps `step_index + [0, L)` of a rollout whose earlier steps the cache holds; returns
+        `(logits, cache)` with these steps written, the logits equal to those of the whole
+        sequence so far.
         """
         if self.obs_encoder is not None and not encoded:
             if observations.ndim != 5:
@@ -49,10 +54,18 @@ class ADModel(nn.Module):
             observations = self.obs_encoder(observations)  # then embedded as float vectors
         tokens = ADStepTokens(self.d_model, self.num_actions, self.num_observations,
                               self.grid_size, name="tokens")(observations, prev_actions, prev_rewards)
+        head = nn.Dense(self.num_actions, name="action_head")
+        if cache is not None:
+            positions = step_index + jnp.arange(tokens.shape[1], dtype=jnp.int32)
+            slots = jnp.arange(cache[0][0].shape[1])
+            causal = (slots[None, :] <= positions[:, None])[None, None]  # (1, 1, L, S)
+            hidden, cache = self.backbone(tokens, attention_mask=causal, positions=positions,
+                                          cache=cache, cache_index=step_index)
+            return head(hidden), cache
         hidden = self.backbone(tokens, deterministic=deterministic,
                                return_attention=return_attention, ngram_ids=ngram_ids)
         hidden, attention = hidden if return_attention else (hidden, None)
-        logits = nn.Dense(self.num_actions, name="action_head")(hidden)
+        logits = head(hidden)
         return (logits, attention) if return_attention else logits
 
 
@@ -100,6 +113,7 @@ class AD(InContextMethod):
     """
 
     name = "ad"
+    has_cache_decoder = True  # decode_init / decode_logits
     display_name = "AD"
 
     @classmethod
@@ -178,6 +192,20 @@ class AD(InContextMethod):
         return self.model.apply({"params": params}, features, context.prev_actions,
                                 context.prev_rewards, deterministic=True, encoded=True,
                                 ngram_ids=ngram_ids)
+
+    def decode_init(self, params, action_mask: jax.Array, max_steps: int) -> list:
+        """An empty key/value cache for a rollout of up to `max_steps` steps, `(B, A)` masks."""
+        del params
+        return self.model.backbone.init_cache(action_mask.shape[0], int(max_steps),
+                                              self.config.d_model)
+
+    def decode_logits(self, params, cache: list, step: StepWindows,
+                      step_index: jax.Array) -> tuple[jax.Array, list]:
+        """Logits `(B, L, A)` of steps `step_index + [0, L)` given the cache of the earlier ones;
+        equal to `context_logits` on the whole sequence. Returns the cache with these steps
+        written."""
+        return self.model.apply({"params": params}, step.observations, step.prev_actions,
+                                step.prev_rewards, cache=cache, step_index=step_index)
 
     def context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
         """Logits `(E, L, A)` for every position of an evaluation context (no dropout)."""

@@ -214,6 +214,7 @@ class HeadlessAD(InContextMethod):
     """
 
     name = "headless_ad"
+    has_cache_decoder = True  # decode_init / decode_logits
     any_action_count = True  # its parameters do not depend on the action count
 
     @classmethod
@@ -259,11 +260,6 @@ class HeadlessAD(InContextMethod):
         """Trained params plus the embedding map of one evaluation run (what `context_logits`
         and `in_context_source` take)."""
         return {"model": params, "action_embeddings": self.action_embeddings(key, env.num_actions)}
-
-    @property
-    def decodes_incrementally(self) -> bool:
-        """N-gram layers match over the whole window, so they cannot decode from a cache."""
-        return self.ngram_ids is None
 
     def window_ngram_ids(self, window: StepWindows) -> jax.Array | None:
         return None if self.ngram_ids is None else self.ngram_ids(window)

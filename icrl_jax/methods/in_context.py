@@ -227,12 +227,18 @@ class InContextMethod(Method):
     streamed from a pixel store) and acts in context (`in_context_source`).
 
     Subclasses provide `context_logits(params, window (1, L), key) -> (1, L, A)`; optionally
-    `decode_init` / `decode_logits` with `decodes_incrementally` (key/value cache), and
+    `decode_init` / `decode_logits` with `has_cache_decoder` (key/value cache), and
     `encode_observations` / `encoded_context_logits` with `caches_encoded_context`.
     """
 
-    decodes_incrementally = False
+    has_cache_decoder = False
     caches_encoded_context = False
+
+    @property
+    def decodes_incrementally(self) -> bool:
+        """Decode from a key/value cache: the method has a decoder and no n-gram layers (they
+        match over the whole window, so they cannot)."""
+        return self.has_cache_decoder and getattr(self, "ngram_ids", None) is None
 
     def training_data(self, dataset, config, env) -> TrainData:
         train = config.train
