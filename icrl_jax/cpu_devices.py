@@ -8,6 +8,8 @@ one device (`benchmarks/RESULTS.md`, "One CPU device per core"): the 2x64 quick 
 step 1.22-1.28x, medium 1.16x, GPT-DT quick 1.01-1.06x, and Headless-AD at paper scale, batch 4,
 0.77-0.93x (set `ICRL_JAX_CPU_DEVICES=1` for that one). Our reading, not verified: the small
 operations of the quick models gain most from not being split over the cores one by one.
+The gradient all-reduce costs per parameter leaf, not per byte, on CPU devices (about 2 ms of
+the small model's 26 ms step; `benchmarks/bench_collectives.py`).
 Evaluation rollouts and generated histories are sharded over the same devices.
 
 JAX fixes its CPU device count when its backend starts, so `icrl-jax` calls
