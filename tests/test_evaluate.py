@@ -12,6 +12,7 @@ from icrl_jax.data.histories import generate_histories
 from icrl_jax.methods.in_context import in_context_source
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import mask_logits, select_actions
+from icrl_jax.models.ngram import ngram_pattern
 from icrl_jax.models.transformer import default_transformer_config
 
 CONTEXT = 12
@@ -85,14 +86,19 @@ def test_non_positive_temperature_is_a_clear_error():
         in_context_source(tiny_ad(env), {}, env, CONTEXT, False, temperature=0.0)
 
 
-@pytest.mark.parametrize("position", ["learned", "rotary"])
-def test_ad_cached_decoding_equals_the_full_forward_pass(position):
-    """AD decoded step by step (and in blocks) from a key/value cache gives the logits of the
-    whole context at once, grid-cell features included."""
+@pytest.mark.parametrize("position,ngrams", [
+    ("learned", {}), ("rotary", {}),
+    ("learned", dict(ngram_positions=(0, 2), ngram_max=3)),
+    ("rotary", dict(ngram_positions=(1,), ngram_max=2, ngram_latest=True,
+                    ngram_match="observation"))])
+def test_ad_cached_decoding_equals_the_full_forward_pass(position, ngrams):
+    """AD decoded step by step (and in blocks) from a cache gives the logits of the whole
+    context at once, grid-cell features included, and with n-gram layers (uniform over all
+    matches, or the latest one) before, between and after the attention blocks."""
     env = envs.make("darkroom")
     config = default_transformer_config()
     config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
-                       label_smoothing=0.0, position=position))
+                       label_smoothing=0.0, position=position, **ngrams))
     method = AD(config, env.num_actions, env.num_observations, grid_size=9)
     task_params = env.task_params(np.array([3, 40]))
     window = to_step_windows(generate_histories(env, envs_random(), task_params, CONTEXT,
@@ -100,8 +106,10 @@ def test_ad_cached_decoding_equals_the_full_forward_pass(position):
     params = method.init(jax.random.PRNGKey(1), window)
     params = jax.tree.map(lambda x: x + 0.1 * jax.random.normal(jax.random.PRNGKey(4), x.shape),
                           params)  # biases and gates away from their zero initialisation
+    if ngrams:  # the n-gram layers have matches to read
+        assert np.asarray(ngram_pattern(method.window_ngram_ids(window), 1)).any()
     full = method.context_logits(params, window, None)
-    cache = method.decode_init(params, window.action_mask, CONTEXT)
+    cache = method.decode_init(params, window, CONTEXT)
     pieces = []
     for start, stop in [(0, 1), (1, 5), (5, CONTEXT)]:
         step = jax.tree.map(lambda x: x[:, start:stop] if x.ndim > 1 and x.shape[1] == CONTEXT
@@ -113,8 +121,8 @@ def test_ad_cached_decoding_equals_the_full_forward_pass(position):
 
 def test_ad_rollout_that_fits_the_context_decodes_from_a_cache_same_actions():
     """A Dark Room rollout no longer than the context: the cached in-context policy and the one
-    that recomputes the window every step sample the same actions; with n-gram layers the
-    window is recomputed (they match over all of it)."""
+    that recomputes the window every step sample the same actions; with shuffled n-gram
+    patterns (drawn from the whole window) the window is recomputed."""
     env = envs.make("darkroom")
     method = tiny_ad(env)
     task_params = env.task_params(np.arange(4))
@@ -133,7 +141,32 @@ def test_ad_rollout_that_fits_the_context_decodes_from_a_cache_same_actions():
 
     config = default_transformer_config()
     config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
-                       label_smoothing=0.0, ngram_positions=(1,)))
-    with_ngrams = AD(config, env.num_actions, env.num_observations)
-    assert not in_context_source(with_ngrams, params, env, CONTEXT, greedy=False,
+                       label_smoothing=0.0, ngram_positions=(1,), ngram_shuffle=True))
+    shuffled = AD(config, env.num_actions, env.num_observations)
+    assert not in_context_source(shuffled, params, env, CONTEXT, greedy=False,
                                  max_steps=CONTEXT).build.cached
+
+
+def test_ad_ngram_rollout_decodes_from_a_cache_same_actions():
+    """With n-gram layers too: a Dark Room rollout that fits the context samples the same
+    actions from the cache (ids and layer inputs kept per slot) as from the recomputed window."""
+    env = envs.make("darkroom")
+    config = default_transformer_config()
+    config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
+                       label_smoothing=0.0, ngram_positions=(0, 1), ngram_max=2))
+    method = AD(config, env.num_actions, env.num_observations)
+    task_params = env.task_params(np.arange(4))
+    probe = to_step_windows(generate_histories(env, envs_random(), task_params, CONTEXT,
+                                               jax.random.PRNGKey(0)))
+    params = method.init(jax.random.PRNGKey(1), probe)
+    params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(4), x.shape),
+                          params)
+    actions = {}
+    for max_steps in (None, CONTEXT):
+        policy = in_context_source(method, params, env, CONTEXT, greedy=False,
+                                   max_steps=max_steps, temperature=0.7)
+        assert policy.build.cached == (max_steps is not None)
+        actions[max_steps] = np.asarray(generate_histories(
+            env, policy, task_params, CONTEXT, jax.random.PRNGKey(7)).actions)
+    np.testing.assert_array_equal(actions[None], actions[CONTEXT])
+    assert len(np.unique(actions[CONTEXT])) > 1

@@ -265,18 +265,20 @@ def test_report_reuses_an_evaluation_only_at_the_configured_step(tmp_path):
     assert not evaluated_at(str(tmp_path), 100)
 
 
-@pytest.mark.parametrize("prompt,position,gated", [(True, "rotary", False),
-                                                   (False, "learned", True)])
-def test_cached_decoding_equals_the_full_forward_pass(prompt, position, gated):
-    """Step-by-step decoding from a key/value cache (prompt written once) gives the logits of
-    the whole sequence at once, with padded actions, either position encoding, and with or
-    without reward-gated action inputs."""
+@pytest.mark.parametrize("prompt,position,gated,ngrams", [
+    (True, "rotary", False, {}), (False, "learned", True, {}),
+    (True, "learned", False, dict(ngram_positions=(0, 1), ngram_max=2)),
+    (False, "rotary", False, dict(ngram_positions=(1,), ngram_latest=True))])
+def test_cached_decoding_equals_the_full_forward_pass(prompt, position, gated, ngrams):
+    """Step-by-step decoding from a cache (prompt written once) gives the logits of the whole
+    sequence at once, with padded actions, either position encoding, with or without
+    reward-gated action inputs, and with n-gram layers (the prompt's ids written too)."""
     method = HeadlessAD(tiny_config(prompt=prompt, position=position,
-                                    reward_gated_actions=gated), num_observations=1)
+                                    reward_gated_actions=gated, **ngrams), num_observations=1)
     window = random_window(seed=5)
     params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2), types.SimpleNamespace(num_actions=A))
     full = method.context_logits(params, window, None)
-    cache = method.decode_init(params, window.action_mask, L)
+    cache = method.decode_init(params, window, L)
     pieces = []
     for start, stop in [(0, 1), (1, 5), (5, L)]:  # one step, then blocks of steps
         step = jax.tree.map(lambda x: x[:, start:stop] if x.ndim > 1 and x.shape[1] == L else x,
@@ -310,9 +312,10 @@ def test_cached_rollout_takes_the_actions_of_the_recomputed_window():
     assert len(np.unique(actions[L])) > 1  # sampled, not a constant policy
 
 
-def test_ngram_prompt_ids_match_nothing_and_rollouts_recompute_the_window():
+def test_ngram_prompt_ids_match_nothing_and_cached_rollouts_take_the_same_actions():
     """Prompt tokens get unique negative ids (no n-gram match with a step or each other), and a
-    model with n-gram layers is rolled out without the key/value cache they cannot use."""
+    model with n-gram layers takes the same actions decoded from a cache as with its window
+    recomputed every step."""
     from envs.bandits import BernoulliBandit
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.methods.in_context import in_context_source
@@ -331,11 +334,14 @@ def test_ngram_prompt_ids_match_nothing_and_rollouts_recompute_the_window():
 
     env = BernoulliBandit(arms=5, max_arms=A, seed=0)
     params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2), types.SimpleNamespace(num_actions=A))
-    policy = in_context_source(method, params, env, L, greedy=False, max_steps=L)
-    assert not policy.build.cached
-    history = generate_histories(env, policy, env.task_params(np.arange(2)), L,
-                                 jax.random.PRNGKey(7))
-    assert np.asarray(history.actions).max() < 5
+    actions = {}
+    for max_steps in (None, L):
+        policy = in_context_source(method, params, env, L, greedy=False, max_steps=max_steps)
+        assert policy.build.cached == (max_steps is not None)
+        actions[max_steps] = np.asarray(generate_histories(
+            env, policy, env.task_params(np.arange(2)), L, jax.random.PRNGKey(7)).actions)
+    np.testing.assert_array_equal(actions[None], actions[L])
+    assert actions[L].max() < 5 and len(np.unique(actions[L])) > 1
 
 
 def test_contextual_model_transfers_to_bernoulli_bandits_seen_through_a_context(tmp_path):

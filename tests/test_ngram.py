@@ -8,7 +8,7 @@ import pytest
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.ngram import (NGramHead, latest_match, ngram_attention, ngram_pattern,
-                                   ngram_weights, observation_ids, read_matches, shuffle_pattern,
+                                   ngram_pattern_rows, ngram_weights, observation_ids, read_matches, shuffle_pattern,
                                    transition_ids)
 from icrl_jax.models.transformer import default_transformer_config
 
@@ -35,6 +35,26 @@ def test_pattern_matches_brute_force(n, components):
     np.testing.assert_array_equal(got, brute_force_pattern(ids, n))
     assert got.any() and not got.all()
     assert not np.triu(got, k=1).any()  # causal: keys j <= i only
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("components", [0, 2])
+def test_pattern_rows_of_a_decoder_match_brute_force(n, components):
+    """The rows a decoder computes (some queries over every slot, later slots holding garbage
+    ids it must not read) equal the brute-force pattern's rows."""
+    rng = np.random.default_rng(10 + n)
+    shape = (2, 30) if components == 0 else (2, 30, components)
+    ids = rng.integers(0, 3 if components == 0 else 2, shape).astype(np.int32)
+    queries = np.array([0, 1, 9, 16, 17, 18, 19])  # written so far: slots [0, 20)
+    garbage = ids.copy()
+    garbage[:, 20:] = ids[:, :10]  # unwritten slots that would match if read
+    rows = jax.jit(ngram_pattern_rows, static_argnums=2)(jnp.asarray(garbage),
+                                                         jnp.asarray(queries), n)
+    expected = brute_force_pattern(ids, n)[:, queries]
+    np.testing.assert_array_equal(np.asarray(rows), expected)
+    assert expected.any()
+    full = ngram_pattern_rows(jnp.asarray(ids), jnp.arange(30), n)
+    np.testing.assert_array_equal(np.asarray(full), np.asarray(ngram_pattern(ids, n)))
 
 
 def test_rows_without_a_match_contribute_nothing():

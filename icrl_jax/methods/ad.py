@@ -15,7 +15,7 @@ from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.heads import smoothed_cross_entropy
 from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
-from icrl_jax.models.transformer import Transformer
+from icrl_jax.models.transformer import DecodeCache, Transformer
 
 
 class ADModel(nn.Module):
@@ -36,16 +36,16 @@ class ADModel(nn.Module):
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, deterministic: bool = True,
                  return_attention: bool = False, ngram_ids: jax.Array | None = None,
-                 encoded: bool = False, cache: list | None = None,
+                 encoded: bool = False, cache: DecodeCache | None = None,
                  step_index: jax.Array | None = None):
         """Returns logits `(B, L, A)` (unmasked), plus attention maps when asked.
 
         `ngram_ids`: int `(B, L[, K])` step ids for the backbone's n-gram layers, if it has any.
         `encoded`: the observations are already `encode`d features `(B, L, E)`.
         `cache`: incremental decoding (`Transformer.init_cache`, one slot per step): the inputs
-        are steps `step_index + [0, L)` of a rollout whose earlier steps the cache holds; returns
-        `(logits, cache)` with these steps written, the logits equal to those of the whole
-        sequence so far.
+        are steps `step_index + [0, L)` of a rollout whose earlier steps the cache holds (with
+        n-gram layers, `ngram_ids` are these steps' ids); returns `(logits, cache)` with these
+        steps written, the logits equal to those of the whole sequence so far.
         """
         if self.obs_encoder is not None and not encoded:
             if observations.ndim != 5:
@@ -57,10 +57,11 @@ class ADModel(nn.Module):
         head = nn.Dense(self.num_actions, name="action_head")
         if cache is not None:
             positions = step_index + jnp.arange(tokens.shape[1], dtype=jnp.int32)
-            slots = jnp.arange(cache[0][0].shape[1])
+            slots = jnp.arange(cache.slots)
             causal = (slots[None, :] <= positions[:, None])[None, None]  # (1, 1, L, S)
             hidden, cache = self.backbone(tokens, attention_mask=causal, positions=positions,
-                                          cache=cache, cache_index=step_index)
+                                          ngram_ids=ngram_ids, cache=cache,
+                                          cache_index=step_index)
             return head(hidden), cache
         hidden = self.backbone(tokens, deterministic=deterministic,
                                return_attention=return_attention, ngram_ids=ngram_ids)
@@ -193,19 +194,22 @@ class AD(InContextMethod):
                                 context.prev_rewards, deterministic=True, encoded=True,
                                 ngram_ids=ngram_ids)
 
-    def decode_init(self, params, action_mask: jax.Array, max_steps: int) -> list:
-        """An empty key/value cache for a rollout of up to `max_steps` steps, `(B, A)` masks."""
+    def decode_init(self, params, example: StepWindows, max_steps: int) -> DecodeCache:
+        """An empty cache for B rollouts of up to `max_steps` steps; `example` is any `(B, L)`
+        window of theirs (its shapes size the n-gram ids)."""
         del params
-        return self.model.backbone.init_cache(action_mask.shape[0], int(max_steps),
-                                              self.config.d_model)
+        return self.model.backbone.init_cache(example.prev_actions.shape[0], int(max_steps),
+                                              self.config.d_model,
+                                              ngram_parts=self.ngram_id_parts(example))
 
-    def decode_logits(self, params, cache: list, step: StepWindows,
-                      step_index: jax.Array) -> tuple[jax.Array, list]:
+    def decode_logits(self, params, cache: DecodeCache, step: StepWindows,
+                      step_index: jax.Array) -> tuple[jax.Array, DecodeCache]:
         """Logits `(B, L, A)` of steps `step_index + [0, L)` given the cache of the earlier ones;
         equal to `context_logits` on the whole sequence. Returns the cache with these steps
         written."""
         return self.model.apply({"params": params}, step.observations, step.prev_actions,
-                                step.prev_rewards, cache=cache, step_index=step_index)
+                                step.prev_rewards, cache=cache, step_index=step_index,
+                                ngram_ids=self.window_ngram_ids(step))
 
     def context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
         """Logits `(E, L, A)` for every position of an evaluation context (no dropout)."""

@@ -36,7 +36,7 @@ from icrl_jax.methods.in_context import InContextMethod
 from icrl_jax.models.heads import MASKED_LOGIT, mask_logits
 from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
-from icrl_jax.models.transformer import Transformer
+from icrl_jax.models.transformer import DecodeCache, Transformer
 
 EMBEDDING_KINDS = ("orthonormal", "normal")
 LOSSES = ("infonce", "mse")
@@ -125,7 +125,7 @@ class HeadlessADModel(nn.Module):
 
     @nn.compact
     def __call__(self, observations, prev_actions, prev_rewards, action_embeddings, action_mask,
-                 deterministic: bool = True, cache: list | None = None,
+                 deterministic: bool = True, cache: DecodeCache | None = None,
                  step_index: jax.Array | None = None, ngram_ids: jax.Array | None = None):
         """Args:
           observations: int `(B, L)` or float `(B, L, *obs_shape)`.
@@ -145,7 +145,7 @@ class HeadlessADModel(nn.Module):
         """
         if cache is not None:
             return self._decode(observations, prev_actions, prev_rewards, action_embeddings,
-                                action_mask, cache, step_index)
+                                action_mask, cache, step_index, ngram_ids)
         batch, length = prev_actions.shape
         # ADStepTokens takes float previous-action inputs through a linear map: num_actions unused.
         tokens = ADStepTokens(self.d_model, 1, self.num_observations, self.grid_size,
@@ -169,10 +169,11 @@ class HeadlessADModel(nn.Module):
         return nn.Dense(self.action_embed_dim, name="predicted_embedding")(hidden)
 
     def _decode(self, observations, prev_actions, prev_rewards, action_embeddings, action_mask,
-                cache, step_index):
-        """The full forward pass split into cached pieces (same parameters, same outputs)."""
+                cache, step_index, ngram_ids):
+        """The full forward pass split into cached pieces (same parameters, same outputs);
+        `ngram_ids` are the prompt's (`with_prompt_ids`) when writing it, else the steps'."""
         num_prompt = action_embeddings.shape[0] if self.prompt else 0
-        slots = cache[0][0].shape[1]
+        slots = cache.slots
         slot = jnp.arange(slots)
         prompt_keys = (slot[None, :] < num_prompt) & jnp.pad(
             action_mask, ((0, 0), (0, slots - action_mask.shape[1])))[:, :slots]
@@ -185,7 +186,8 @@ class HeadlessADModel(nn.Module):
                                     (action_mask.shape[0], 1, num_prompt, slots))
             _, cache = self.backbone(prompt, attention_mask=mask, cache=cache,
                                      cache_index=jnp.int32(0),
-                                     positions=jnp.zeros(num_prompt, jnp.int32))
+                                     positions=jnp.zeros(num_prompt, jnp.int32),
+                                     ngram_ids=ngram_ids)
             return cache
         length = prev_actions.shape[1]
         tokens = ADStepTokens(self.d_model, 1, self.num_observations, self.grid_size,
@@ -197,7 +199,8 @@ class HeadlessADModel(nn.Module):
                      & (slot[None, :] <= num_prompt + positions[:, None]))  # (L, S) causal
         mask = prompt_keys[:, None, None, :] | step_keys[None, None]
         hidden, cache = self.backbone(tokens, attention_mask=mask, positions=positions,
-                                      cache=cache, cache_index=num_prompt + step_index)
+                                      cache=cache, cache_index=num_prompt + step_index,
+                                      ngram_ids=ngram_ids)
         return nn.Dense(self.action_embed_dim, name="predicted_embedding")(hidden), cache
 
 
@@ -319,17 +322,24 @@ class HeadlessAD(InContextMethod):
         return params, self.action_embeddings(
             jax.random.PRNGKey(int(self.config.eval_embedding_seed)), num_actions)
 
-    def decode_init(self, params, action_mask: jax.Array, max_steps: int) -> list:
-        """Key/value cache for a rollout of up to `max_steps` steps, with the action-set prompt
-        already written. action_mask: bool `(B, A)`."""
-        model_params, embeddings = self._split_eval_params(params, action_mask.shape[-1])
-        slots = (action_mask.shape[-1] if self.model.prompt else 0) + int(max_steps)
-        cache = self.model.backbone.init_cache(action_mask.shape[0], slots, self.config.d_model)
+    def decode_init(self, params, example: StepWindows, max_steps: int) -> DecodeCache:
+        """A cache for B rollouts of up to `max_steps` steps, with the action-set prompt already
+        written. example: any `(B, L)` window of theirs (its action masks `(B, A)` build the
+        prompt; its shapes size the n-gram ids)."""
+        action_mask = example.action_mask
+        batch, num_actions = action_mask.shape
+        model_params, embeddings = self._split_eval_params(params, num_actions)
+        slots = (num_actions if self.model.prompt else 0) + int(max_steps)
+        parts = self.ngram_id_parts(example)
+        cache = self.model.backbone.init_cache(batch, slots, self.config.d_model,
+                                               ngram_parts=parts)
+        prompt_ids = (None if parts is None else  # the prompt's own ids, as in the full pass
+                      with_prompt_ids(jnp.zeros((batch, 0, parts), jnp.int32), num_actions))
         return self.model.apply({"params": model_params}, None, None, None, embeddings,
-                                action_mask, cache=cache)
+                                action_mask, cache=cache, ngram_ids=prompt_ids)
 
-    def decode_logits(self, params, cache: list, step: StepWindows,
-                      step_index: jax.Array) -> tuple[jax.Array, list]:
+    def decode_logits(self, params, cache: DecodeCache, step: StepWindows,
+                      step_index: jax.Array) -> tuple[jax.Array, DecodeCache]:
         """Policy logits `(B, L, A)` of steps `step_index + [0, L)` given the cache of the earlier
         ones (and the prompt); equal to `context_logits` on the whole sequence. Returns the
         cache with these steps written."""
@@ -337,7 +347,8 @@ class HeadlessAD(InContextMethod):
         model_params, embeddings = self._split_eval_params(params, num_actions)
         predicted, cache = self.model.apply(
             {"params": model_params}, step.observations, step.prev_actions, step.prev_rewards,
-            embeddings, step.action_mask, cache=cache, step_index=step_index)
+            embeddings, step.action_mask, cache=cache, step_index=step_index,
+            ngram_ids=self.window_ngram_ids(step))
         return self._policy_logits(predicted, embeddings, step.action_mask), cache
 
     def _policy_logits(self, predicted, embeddings, action_mask):

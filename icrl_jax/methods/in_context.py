@@ -114,6 +114,10 @@ def _step_window(observation, last_action, last_reward, action_mask) -> StepWind
                        action_mask=action_mask[None].astype(bool))
 
 
+def _observation_dtype(env):
+    return jnp.uint8 if env.pixels else jnp.int32 if env.discrete_observations else jnp.float32
+
+
 @dataclasses.dataclass(frozen=True)
 class InContextPolicy:
     """Builds the trained model's in-context `Source` from its parameters.
@@ -157,9 +161,7 @@ class InContextPolicy:
 
         def init(key, env_params):
             del key
-            observation = jnp.zeros(env.observation_shape,
-                                    jnp.uint8 if env.pixels else
-                                    jnp.int32 if env.discrete_observations else jnp.float32)
+            observation = jnp.zeros(env.observation_shape, _observation_dtype(env))
             token = jax.eval_shape(self._token, params, observation)
             return empty_context(self.context_len, token, env.action_mask(env_params))
 
@@ -185,7 +187,9 @@ class InContextPolicy:
         def init(key, env_params):
             del key
             action_mask = env.action_mask(env_params)
-            cache = method.decode_init(params, action_mask[None], self.max_steps)
+            observation = jnp.zeros(env.observation_shape, _observation_dtype(env))
+            example = _step_window(observation, jnp.int32(0), jnp.float32(0), action_mask)
+            cache = method.decode_init(params, example, self.max_steps)
             return CachedContext(cache, jnp.zeros((), jnp.int32),
                                  jnp.asarray(action_mask.shape[-1], jnp.int32),
                                  jnp.zeros((), jnp.float32))
@@ -236,9 +240,19 @@ class InContextMethod(Method):
 
     @property
     def decodes_incrementally(self) -> bool:
-        """Decode from a key/value cache: the method has a decoder and no n-gram layers (they
-        match over the whole window, so they cannot)."""
-        return self.has_cache_decoder and getattr(self, "ngram_ids", None) is None
+        """Decode from a cache: the method has a decoder, and no shuffled n-gram patterns (the
+        ablation draws each row from the whole window; real matches decode row by row)."""
+        shuffled = (getattr(self, "ngram_ids", None) is not None
+                    and bool(self.config.get("ngram_shuffle", False)))
+        return self.has_cache_decoder and not shuffled
+
+    def ngram_id_parts(self, example: StepWindows) -> int | None:
+        """K, the number of components of a step's n-gram id for windows like `example` (what
+        a decoding cache stores per slot); None without n-gram layers."""
+        if getattr(self, "ngram_ids", None) is None:
+            return None
+        shape = jax.eval_shape(self.ngram_ids, example).shape  # (B, L) or (B, L, K)
+        return shape[2] if len(shape) == 3 else 1
 
     def training_data(self, dataset, config, env) -> TrainData:
         train = config.train

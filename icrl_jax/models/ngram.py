@@ -18,6 +18,12 @@ observation, K = 16, as in the paper's Miniworld experiments). `register_ngram_i
 one; `register_ngram_ids_factory` one that is built from the model config (e.g. "vq": the codes
 of the pretrained VQ-VAE at `model.vq_checkpoint`, `encoders.vq_ids_from_config`), so training and
 in-context rollouts get the same function from the config alone.
+
+Decoding (in-context rollouts that fit the context): a step's id depends on that step alone,
+and its matches are all in the past, so a decoder keeps every written step's ids and each
+layer's inputs (`transformer.DecodeCache`) and computes only the new tokens' pattern rows
+(`ngram_pattern_rows`), never the whole window's. The shuffled ablation cannot (its rows are
+drawn from the whole window).
 """
 
 from __future__ import annotations
@@ -128,6 +134,29 @@ def ngram_pattern(ids: jax.Array, n: int) -> jax.Array:
     return jnp.pad(match, ((0, 0), (0, 0), (1, 0)))[:, :, :length]
 
 
+def ngram_pattern_rows(ids: jax.Array, queries: jax.Array, n: int) -> jax.Array:
+    """Rows `queries` of `ngram_pattern` over every slot of a decoding cache: bool `(B, T, S)`.
+
+    ids: int `(B, S)` or `(B, S, K)`, the step ids of slots `[0, S)`; slots at or after a query
+      are never read (matches are strictly in the past), so unwritten slots may hold anything.
+    queries: int32 `(T,)` slot positions of the query tokens (traced values are fine).
+    With `queries = arange(S)` it equals `ngram_pattern(ids, n)`; a decoder computes only the
+    new tokens' rows, O(n T S K) instead of recomputing the window's O(n S^2 K).
+    """
+    if n < 1:
+        raise ValueError(f"n-gram length must be >= 1, got {n}")
+    if ids.ndim == 2:
+        ids = ids[..., None]
+    slots = jnp.arange(ids.shape[1])
+    match = (slots[None, :] < queries[:, None])[None]  # occurrence m < i, (1, T, S)
+    for k in range(n):  # the n-gram's k-th token back: ids[i - k] == ids[m - k], m - k >= 0
+        query_ids = jnp.take(ids, jnp.maximum(queries - k, 0), axis=1)  # (B, T, K)
+        key_ids = jnp.pad(ids, ((0, 0), (k, 0), (0, 0)))[:, :ids.shape[1]]  # ids[m - k]
+        equal = (query_ids[:, :, None, :] == key_ids[:, None, :, :]).all(-1)
+        match = match & equal & (slots >= k)[None, None, :]  # (i - k >= 0 follows from m < i)
+    return jnp.pad(match, ((0, 0), (0, 0), (1, 0)))[:, :, :ids.shape[1]]  # key j = m + 1
+
+
 def shuffle_pattern(pattern: jax.Array, key: jax.Array) -> jax.Array:
     """Ablation (appendix E.2): the same number of matches per query, at random causal keys.
 
@@ -171,12 +200,17 @@ def read_matches(weights: "jax.Array | LatestMatch", h: jax.Array) -> jax.Array:
 
 
 class NGramHead(nn.Module):
-    """`NGH(h) = W1 h + W2 (P h)`: `(B, L, D)`, weights (`read_matches`) -> `(B, L, D)`."""
+    """`NGH(h) = W1 h + W2 (P h)`: `(B, L, D)`, weights (`read_matches`) -> `(B, L, D)`.
+
+    `memory`: when decoding, the inputs `(B, S, D)` of every cache slot (these tokens' rows
+    written), which the weights `(B, L, S)` read; default `h` itself.
+    """
 
     @nn.compact
-    def __call__(self, h: jax.Array, weights: "jax.Array | LatestMatch") -> jax.Array:
+    def __call__(self, h: jax.Array, weights: "jax.Array | LatestMatch",
+                 memory: jax.Array | None = None) -> jax.Array:
         d_model = h.shape[-1]
-        read = read_matches(weights, h)
+        read = read_matches(weights, h if memory is None else memory)
         return nn.Dense(d_model, name="w1")(h) + nn.Dense(d_model, name="w2")(read)
 
 
@@ -184,6 +218,9 @@ class NGramLayer(nn.Module):
     """`NGL(h) = h + MLP(NGH(h))`, normed like the transformer's blocks (pre- or post-norm).
 
     `dropout` is the block's residual dropout module (so swept rates reach it too).
+    Decoding: `memory` `(B, S, D)` holds the head's inputs at every cache slot; these tokens'
+    inputs are written at slots `[cache_index, cache_index + L)` and the weights `(B, L, S)`
+    read it. Returns `(x, memory)`, memory None when not decoding.
     """
 
     mlp_ratio: int
@@ -191,15 +228,19 @@ class NGramLayer(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, weights: jax.Array, dropout: Callable,
-                 deterministic: bool) -> jax.Array:
+                 deterministic: bool, memory: jax.Array | None = None,
+                 cache_index: jax.Array | None = None) -> tuple[jax.Array, jax.Array | None]:
         d_model = x.shape[-1]
         norm = nn.LayerNorm(name="norm")
         h = norm(x) if self.pre_norm else x
-        h = NGramHead(name="head")(h, weights)
+        if memory is not None:
+            memory = jax.lax.dynamic_update_slice_in_dim(memory, h.astype(memory.dtype),
+                                                         cache_index, axis=1)
+        h = NGramHead(name="head")(h, weights, memory)
         h = nn.Dense(self.mlp_ratio * d_model, name="mlp_in")(h)
         h = nn.Dense(d_model, name="mlp_out")(nn.gelu(h))
         x = x + dropout(h, deterministic=deterministic)
-        return x if self.pre_norm else norm(x)
+        return (x if self.pre_norm else norm(x)), memory
 
 
 def latest_match(pattern: jax.Array) -> LatestMatch:
@@ -210,13 +251,19 @@ def latest_match(pattern: jax.Array) -> LatestMatch:
 
 
 def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
-                  shuffle_seed: int = 0, latest: bool = False) -> list:
+                  shuffle_seed: int = 0, latest: bool = False,
+                  queries: jax.Array | None = None) -> list:
     """Attention weights of the 1..ngram_max-gram layers ("up to n"), each float `(B, L, L)`;
     `latest`: each query reads only its most recent match instead of all of them uniformly,
-    given as a `LatestMatch` (indices)."""
+    given as a `LatestMatch` (indices). `queries`: only these rows `(T,)` over all of `ids`'s
+    S slots (`ngram_pattern_rows`), each `(B, T, S)`: a decoder's new tokens."""
+    if shuffle and queries is not None:
+        raise ValueError("shuffled n-gram patterns draw each row from the whole window; they "
+                         "cannot be decoded row by row")
     weights = []
     for n in range(1, ngram_max + 1):
-        pattern = ngram_pattern(ids, n)
+        pattern = (ngram_pattern(ids, n) if queries is None
+                   else ngram_pattern_rows(ids, queries, n))
         if shuffle:
             pattern = shuffle_pattern(pattern, jax.random.fold_in(jax.random.key(shuffle_seed), n))
         if latest:
@@ -228,6 +275,6 @@ def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
 
 __all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids", "register_ngram_ids",
                           "register_ngram_ids_factory", "get_ngram_ids", "config_ngram_ids",
-                          "token_equality", "ngram_pattern", "shuffle_pattern", "ngram_attention",
-                          "NGramHead", "NGramLayer", "ngram_weights", "latest_match", "LatestMatch",
-                          "read_matches")
+                          "token_equality", "ngram_pattern", "ngram_pattern_rows",
+                          "shuffle_pattern", "ngram_attention", "NGramHead", "NGramLayer",
+                          "ngram_weights", "latest_match", "LatestMatch", "read_matches")

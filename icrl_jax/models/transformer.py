@@ -11,7 +11,7 @@ never in copies of this network.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -29,6 +29,24 @@ POSITION_KINDS = ("learned", "rotary", "none")
 ACTIVATIONS = {"gelu_tanh": lambda x: nn.gelu(x, approximate=True),
                "gelu_exact": lambda x: nn.gelu(x, approximate=False),
                "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x)}
+
+
+class DecodeCache(NamedTuple):
+    """What incremental decoding keeps of the tokens written so far (`Transformer.init_cache`).
+
+    blocks: per attention layer (keys, values), each `(B, S, H, Dh)`.
+    ngram_ids: int32 `(B, S, K)` step ids of the written tokens, None without n-gram layers.
+    ngram_inputs: n-gram layer name -> its head's inputs `(B, S, D)` at the written tokens (what
+      a match reads); empty without n-gram layers.
+    """
+
+    blocks: list
+    ngram_ids: jax.Array | None = None
+    ngram_inputs: dict | None = None
+
+    @property
+    def slots(self) -> int:
+        return (self.blocks[0][0] if self.blocks else self.ngram_ids).shape[1]
 
 
 class Block(nn.Module):
@@ -128,10 +146,12 @@ class Transformer(nn.Module):
             interchangeable (a set) share one id.
           ngram_ids: int `(B, T)` or `(B, T, K)` step ids for the n-gram layers (see
             `models/ngram.py`); required when `ngram_positions` is non-empty, ignored otherwise.
-          cache: incremental decoding (see `init_cache`): per-layer (keys, values) `(B, S, H, Dh)`
-            holding earlier tokens; `x` holds the new tokens, written at slots
-            `[cache_index, cache_index + T)`; `attention_mask` `(B or 1, 1, T, S)` and `positions`
-            are then required. Exact: a token's keys and values never change once written.
+          cache: incremental decoding (a `DecodeCache` from `init_cache`) holding earlier
+            tokens; `x` holds the new tokens, written at slots `[cache_index, cache_index + T)`;
+            `attention_mask` `(B or 1, 1, T, S)` and `positions` are then required, and with
+            n-gram layers the new tokens' `ngram_ids` (ids must be per step: a step's id never
+            depends on other steps). Exact: a token's keys, values and ids never change once
+            written, and its n-gram matches are all in the past.
           cache_index: int32 `()`, the first slot of the new tokens.
           head_scale: optional float `(num_layers, H)` multipliers of each head's output (zero
             removes a head; see `MultiHeadAttention`).
@@ -158,12 +178,8 @@ class Transformer(nn.Module):
             x = x + jnp.take(table, positions, axis=0).astype(x.dtype)
         x = Dropout(self.embedding_dropout)(x, deterministic=deterministic)
 
-        if cache is not None:
-            if attention_mask is None or positions is None:
-                raise ValueError("decoding with a cache needs attention_mask and positions")
-            if self.ngram_positions:
-                raise ValueError("n-gram layers match over the whole context; they cannot "
-                                 "decode from a key/value cache")
+        if cache is not None and (attention_mask is None or positions is None):
+            raise ValueError("decoding with a cache needs attention_mask and positions")
         # A causal mask (ours, or the caller's after its prefix; padding only removes keys):
         # attention may skip later keys.
         if attention_mask is None:
@@ -183,20 +199,32 @@ class Transformer(nn.Module):
         if self.ngram_positions and ngram_ids is None:
             raise ValueError("n-gram layers (ngram_positions="
                              f"{self.ngram_positions}) need ngram_ids")
-        # The patterns depend only on the ids: computed once, shared by every position.
-        weights_by_n = (ngram_weights(ngram_ids, self.ngram_max, self.ngram_shuffle,
-                                      latest=self.ngram_latest)
-                        if self.ngram_positions else [])
+        # The patterns depend only on the ids: computed once, shared by every position. A
+        # decoder writes the new ids and computes only the new tokens' rows over every slot.
+        ngram_memory = {}
+        if self.ngram_positions and cache is not None:
+            ids = ngram_ids if ngram_ids.ndim == 3 else ngram_ids[..., None]
+            ngram_ids = jax.lax.dynamic_update_slice_in_dim(
+                cache.ngram_ids, ids.astype(jnp.int32), cache_index, axis=1)
+            ngram_memory = dict(cache.ngram_inputs)
+        weights_by_n = (ngram_weights(
+            ngram_ids, self.ngram_max, self.ngram_shuffle, latest=self.ngram_latest,
+            queries=None if cache is None else cache_index + jnp.arange(length))
+            if self.ngram_positions else [])
 
         def ngram_layers(x, after: int):
             if after not in self.ngram_positions:
                 return x
             for n, ngram_attention in enumerate(weights_by_n, start=1):
-                x = NGramLayer(self.mlp_ratio, self.pre_norm, name=f"ngram_{after}_{n}")(
-                    x, ngram_attention, Dropout(self.residual_dropout), deterministic)
+                name = f"ngram_{after}_{n}"
+                x, memory = NGramLayer(self.mlp_ratio, self.pre_norm, name=name)(
+                    x, ngram_attention, Dropout(self.residual_dropout), deterministic,
+                    ngram_memory.get(name), cache_index)
+                if memory is not None:
+                    ngram_memory[name] = memory
             return x
 
-        attention_maps, new_cache = [], []
+        attention_maps, new_blocks = [], []
         x = ngram_layers(x, 0)
         for i in range(self.num_layers):
             x, weights, layer_cache = Block(
@@ -205,23 +233,38 @@ class Transformer(nn.Module):
                 self.norm_epsilon, self.mixture_of_attention, self.activation,
                 name=f"block_{i}")(
                 x, mask, positions, deterministic, return_attention,
-                None if cache is None else cache[i], cache_index,
+                None if cache is None else cache.blocks[i], cache_index,
                 None if head_scale is None else head_scale[i], causal_from)
             attention_maps.append(weights)
-            new_cache.append(layer_cache)
+            new_blocks.append(layer_cache)
             x = ngram_layers(x, i + 1)
         if self.pre_norm:
             x = nn.LayerNorm(epsilon=self.norm_epsilon, name="final_norm")(x)
         outputs = (x, attention_maps) if return_attention else (x,)
         if cache is not None:
-            outputs = outputs + (new_cache,)
+            outputs = outputs + (DecodeCache(new_blocks, ngram_ids if self.ngram_positions
+                                             else None, ngram_memory),)
         return outputs if len(outputs) > 1 else x
 
-    def init_cache(self, batch: int, slots: int, d_model: int, dtype=jnp.float32) -> list:
-        """An empty key/value cache: per layer (keys, values), each `(batch, slots, H, Dh)`."""
+    def init_cache(self, batch: int, slots: int, d_model: int, dtype=jnp.float32,
+                   ngram_parts: int | None = None) -> DecodeCache:
+        """An empty `DecodeCache` of `slots` tokens: keys and values `(batch, slots, H, Dh)` per
+        layer and, with n-gram layers, step ids `(batch, slots, ngram_parts)` (the K of the
+        ids, required then) and each n-gram layer's inputs `(batch, slots, d_model)`."""
         shape = (batch, slots, self.num_heads, d_model // self.num_heads)
-        return [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
-                for _ in range(self.num_layers)]
+        blocks = [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+                  for _ in range(self.num_layers)]
+        if not self.ngram_positions:
+            return DecodeCache(blocks, None, {})
+        if self.ngram_shuffle:
+            raise ValueError("shuffled n-gram patterns (model.ngram_shuffle) draw each row from "
+                             "the whole window; they cannot decode from a cache")
+        if ngram_parts is None:
+            raise ValueError("a cache for n-gram layers needs ngram_parts, the number of "
+                             "components of a step's id")
+        inputs = {f"ngram_{after}_{n}": jnp.zeros((batch, slots, d_model), dtype)
+                  for after in self.ngram_positions for n in range(1, self.ngram_max + 1)}
+        return DecodeCache(blocks, jnp.zeros((batch, slots, ngram_parts), jnp.int32), inputs)
 
 
 def count_params(params) -> int:
@@ -238,5 +281,5 @@ def flops_per_token(num_params_nonembedding: int, num_layers: int, d_model: int,
     return 6.0 * num_params_nonembedding + 12.0 * num_layers * d_model * context
 
 
-__all__: Sequence[str] = ("Transformer", "default_transformer_config", "count_params",
-                          "flops_per_token")
+__all__: Sequence[str] = ("Transformer", "DecodeCache", "default_transformer_config",
+                          "count_params", "flops_per_token")
