@@ -2,8 +2,8 @@
 
     python benchmarks/bench_step_ab.py --reference REFERENCE [--rows small,main_job] [--rounds 12]
 
-REFERENCE: attention_backward_einsum, dropout_bits_halves, sample_row_then_window,
-tokens_concat_mix or one_device.
+REFERENCE: attention_backward_einsum, dropout_bits_halves, embeddings_lapack_qr,
+sample_row_then_window, tokens_concat_mix or one_device.
 
 `bench_train.py --old` runs each checkout in its own processes; on these shared cores a
 process's throughput moves by up to 25% between repeats of the same code, more than most changes
@@ -35,6 +35,13 @@ from jax.sharding import Mesh
 def _einsum_contract_queries(a, b):
     """`sum_t a[..., t, s] b[..., t, d]` written directly (before 085bdf5)."""
     return jnp.einsum("...ts,...td->...sd", a, b)
+
+
+def _lapack_orthonormal_columns(matrix):
+    """Householder QR through LAPACK with R's diagonal signs folded in (before the
+    Gram-Schmidt `orthonormal_columns`)."""
+    q, r = jnp.linalg.qr(matrix)
+    return q * jnp.sign(jnp.diagonal(r))[None, :]
 
 
 def _bits_keep_mask(key, keep, shape):
@@ -76,6 +83,8 @@ REFERENCES = {
     "attention_backward_einsum": ("icrl_jax.models.attention", "_contract_queries",
                                   _einsum_contract_queries),
     "dropout_bits_halves": ("icrl_jax.models.dropout", "keep_mask", _bits_keep_mask),
+    "embeddings_lapack_qr": ("icrl_jax.methods.headless_ad", "orthonormal_columns",
+                             _lapack_orthonormal_columns),
     "sample_row_then_window": ("icrl_jax.data.dataset", "window_at", row_then_window),
     # The step tokens before the mixing map was folded into the embeddings (one (B, T, 3D) x
     # (3D, D) product a step).

@@ -14,7 +14,7 @@ from icrl_jax.data.train_data import on_device
 from icrl_jax.data.history import History
 from icrl_jax.methods.headless_ad import (HeadlessAD, PermutedAD, default_headless_config,
                                           permute_action_ids, prompt_attention_mask,
-                                          sample_action_embeddings)
+                                          orthonormal_columns, sample_action_embeddings)
 from icrl_jax.models.heads import mask_logits
 from icrl_jax.models.transformer import default_transformer_config
 from icrl_jax.train import default_train_config, train
@@ -63,6 +63,18 @@ def test_sampled_embeddings_are_orthonormal_and_fresh(num_actions, dim):
     other = sample_action_embeddings(jax.random.PRNGKey(4), num_actions, dim)
     assert not np.allclose(emb, other)
     np.testing.assert_array_equal(emb, sample_action_embeddings(key, num_actions, dim))
+
+
+@pytest.mark.parametrize("rows,columns", [(512, 20), (16, 16), (128, 125)])
+def test_orthonormal_columns_equal_householder_qr_with_positive_diagonal(rows, columns):
+    """Gram-Schmidt gives the Q of LAPACK's Householder QR once R's diagonal signs are folded
+    into it (the unique QR with a positive diagonal), square and nearly square included."""
+    matrix = jax.random.normal(jax.random.PRNGKey(rows + columns), (rows, columns))
+    q, r = np.linalg.qr(np.asarray(matrix, np.float64))
+    expected = q * np.sign(np.diagonal(r))[None, :]
+    got = np.asarray(jax.jit(orthonormal_columns)(matrix))
+    np.testing.assert_allclose(got, expected, atol=5e-5)
+    np.testing.assert_allclose(got.T @ got, np.eye(columns), atol=2e-5)
 
 
 def test_orthonormal_embeddings_need_enough_dimensions_and_normal_ablation_is_not_orthogonal():

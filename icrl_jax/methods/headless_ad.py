@@ -42,6 +42,24 @@ EMBEDDING_KINDS = ("orthonormal", "normal")
 LOSSES = ("infonce", "mse")
 
 
+def orthonormal_columns(matrix: jax.Array) -> jax.Array:
+    """`(E, A)` of full column rank -> Q `(E, A)` with orthonormal columns and `Q^T matrix`
+    upper triangular with a positive diagonal: the Q of a QR decomposition with the signs of
+    R's diagonal folded in (unique), by Gram-Schmidt, each column orthogonalised twice ("twice
+    is enough" for full-rank matrices).
+
+    Why not `jnp.linalg.qr`: on a CPU it calls LAPACK, whose threads contend with XLA's; in
+    the Headless-AD paper-scale training step one (512, 20) QR took 12 ms on one device while
+    the other waited (benchmarks/RESULTS.md). This is plain XLA, O(E A^2)."""
+    def column(j, q):
+        v = jax.lax.dynamic_index_in_dim(matrix, j, axis=1, keepdims=False)
+        for _ in range(2):  # q's columns from j on are still zero
+            v = v - q @ (q.T @ v)
+        return jax.lax.dynamic_update_index_in_dim(q, v / jnp.linalg.norm(v), j, axis=1)
+
+    return jax.lax.fori_loop(0, matrix.shape[1], column, jnp.zeros_like(matrix))
+
+
 def sample_action_embeddings(key: jax.Array, num_actions: int, dim: int,
                              kind: str = "orthonormal") -> jax.Array:
     """A random action -> embedding map, float32 `(num_actions, dim)`.
@@ -56,8 +74,7 @@ def sample_action_embeddings(key: jax.Array, num_actions: int, dim: int,
         if num_actions > dim:
             raise ValueError(f"{num_actions} orthonormal action embeddings need "
                              f"action_embed_dim >= {num_actions}, got {dim}")
-        q, r = jnp.linalg.qr(jax.random.normal(key, (dim, num_actions), jnp.float32))
-        return (q * jnp.sign(jnp.diagonal(r))[None, :]).T
+        return orthonormal_columns(jax.random.normal(key, (dim, num_actions), jnp.float32)).T
     if kind == "normal":
         return jax.random.normal(key, (num_actions, dim), jnp.float32) / jnp.sqrt(dim)
     raise ValueError(f"unknown action embedding kind {kind!r}; valid: {EMBEDDING_KINDS}")
