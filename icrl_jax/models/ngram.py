@@ -137,8 +137,9 @@ def ngram_pattern(ids: jax.Array, n: int) -> jax.Array:
 def ngram_pattern_rows(ids: jax.Array, queries: jax.Array, n: int) -> jax.Array:
     """Rows `queries` of `ngram_pattern` over every slot of a decoding cache: bool `(B, T, S)`.
 
-    ids: int `(B, S)` or `(B, S, K)`, the step ids of slots `[0, S)`; slots at or after a query
-      are never read (matches are strictly in the past), so unwritten slots may hold anything.
+    ids: int `(B, S)` or `(B, S, K)`, the step ids of slots `[0, S)`; slots after the last
+      query are never read (matches are strictly in the past), so unwritten slots may hold
+      anything.
     queries: int32 `(T,)` slot positions of the query tokens (traced values are fine).
     With `queries = arange(S)` it equals `ngram_pattern(ids, n)`; a decoder computes only the
     new tokens' rows, O(n T S K) instead of recomputing the window's O(n S^2 K).
