@@ -41,8 +41,8 @@ class DecodeCache(NamedTuple):
     """
 
     blocks: list
-    ngram_ids: jax.Array | None = None
-    ngram_inputs: dict | None = None
+    ngram_ids: jax.Array | None
+    ngram_inputs: dict
 
     @property
     def slots(self) -> int:
