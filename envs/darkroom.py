@@ -444,14 +444,23 @@ class KeyToDoor(_Grid):
 
     Args:
       size: grid side (9). episode_length: steps per episode (50).
+      start: "random" (a uniform cell each episode: our reading of the n-gram paper's App. B,
+        "resets to a random grid") or "centre" (Dark Room's start; the fixed start that public AD
+        replications of Key-to-Door use): an episode that starts from the same cell can repeat
+        the path of an earlier one step for step.
     Tasks: id t in [0, n*(n-1)) with n = size**2 -> key = t // (n-1), door = the (t % (n-1))-th
     cell other than the key (6480 tasks on 9x9).
     """
 
     key_flag = True
 
-    def __init__(self, size: int = 9, episode_length: int = 50):
+    STARTS = ("random", "centre")
+
+    def __init__(self, size: int = 9, episode_length: int = 50, start: str = "random"):
         super().__init__(size, episode_length)
+        if start not in self.STARTS:
+            raise ValueError(f"KeyToDoor start must be one of {self.STARTS}, got {start!r}")
+        self.start = start
         n = self.num_observations
         self.num_tasks = n * (n - 1)
 
@@ -479,8 +488,17 @@ class KeyToDoor(_Grid):
         door_cell = door_index + (door_index >= key_cell).astype(jnp.int32)
         return self.params_for(key_cell, door_cell)
 
+    def _start_cells(self) -> jax.Array:
+        """The cells an episode starts from, uniformly: int32 `(n,)` or `(1,)`."""
+        if self.start == "centre":
+            return jnp.array([self.centre_cell], jnp.int32)
+        return jnp.arange(self.num_observations, dtype=jnp.int32)
+
     def reset_env(self, key, params):
-        cell = jax.random.randint(key, (), 0, self.num_observations, dtype=jnp.int32)
+        if self.start == "centre":
+            cell = jnp.int32(self.centre_cell)
+        else:
+            cell = jax.random.randint(key, (), 0, self.num_observations, dtype=jnp.int32)
         state = KeyToDoorState(pos=self.position(cell), has_key=jnp.bool_(False),
                                time=jnp.int32(0))
         return cell, state
@@ -496,8 +514,8 @@ class KeyToDoor(_Grid):
         return cell, state, reward, opens_door, {}
 
     def optimal_return(self, params) -> jax.Array:
-        """Expected best return over the uniform start cell, float32 (2.0 on 9x9 with 50 steps)."""
-        starts = self.position(jnp.arange(self.num_observations))
+        """Expected best return over the start cells, float32 (2.0 on 9x9 with 50 steps)."""
+        starts = self.position(self._start_cells())
         key_pos, door_pos = self.position(params.key), self.position(params.door)
         # Standing on the key at the start still costs one (noop) step to pick it up.
         to_key = jnp.maximum(jnp.abs(starts - key_pos).sum(-1), 1)

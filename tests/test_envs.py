@@ -171,6 +171,29 @@ def test_key_to_door_random_starts_and_tasks():
     assert all(k != d and 0 <= k < 81 and 0 <= d < 81 for k, d in pairs)
 
 
+def test_key_to_door_centre_start_walked_by_hand():
+    """`start="centre"`: every episode, after a reset or the door, starts on cell (4, 4); the
+    optimal return is then the one start's (both rewards reachable: 2.0), and a horizon too short
+    for the door leaves 1.0."""
+    env = KeyToDoor(start="centre")
+    params = env.params_for(cid(4, 6), cid(2, 6))
+    obs, state = env.reset(KEY, params)
+    assert int(obs) == cid(4, 4) and env.centre_cell == cid(4, 4)
+    steps, final = run(env, params, [RIGHT, RIGHT, UP, UP], state=state)
+    assert steps == [
+        (cid(4, 5), 0.0, False, False),
+        (cid(4, 6), 1.0, False, False),  # key
+        (cid(3, 6), 0.0, False, False),
+        (cid(4, 4), 1.0, True, False),  # door: +1, terminated, and back on the centre
+    ]
+    assert not bool(final.has_key) and int(final.time) == 0
+    assert float(env.optimal_return(params)) == 2.0
+    short = KeyToDoor(start="centre", episode_length=3)
+    assert float(short.optimal_return(short.params_for(cid(4, 6), cid(2, 6)))) == 1.0
+    with pytest.raises(ValueError, match="start must be one of"):
+        KeyToDoor(start="corner")
+
+
 # ---------------------------------------------------------------- bandits
 
 def test_composite_distance_split_separates_move_lengths():

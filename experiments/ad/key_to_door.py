@@ -33,6 +33,12 @@ PRESETS = {
     }),
 }
 PRESETS["quick_explorer_ad"] = dict(PRESETS["quick_explorer"], **{"model.ngram_positions": ()})
+# The same with every episode starting on the centre cell, as in Dark Room and in public AD
+# replications of Key-to-Door (the paper's "resets to a random grid" is read above as a random
+# start cell): a solved episode's path can then be copied step for step in the next one.
+for _name in ("quick_explorer", "quick_explorer_ad"):
+    PRESETS[_name.replace("explorer", "explorer_centre")] = dict(
+        PRESETS[_name], **{"env.kwargs": {"start": "centre"}})
 
 
 def get_config(preset: str = ""):
