@@ -139,13 +139,18 @@ def test_damaged_checkpoint_is_named_and_training_resumes_from_an_intact_one(tmp
 
 
 def test_every_experiment_config_loads_without_model_code():
-    """Configs import only config builders: loading all of them imports no jax, flax or orbax."""
+    """Configs import only config builders: loading all of them, with each of their presets
+    (whose dotted keys `apply_preset` checks), imports no jax, flax or orbax."""
     script = (
         "import glob, importlib, os, sys\n"
+        "loaded = 0\n"
         "for path in sorted(glob.glob('experiments/*/*.py')):\n"
         "    if 'def get_config' in open(path).read():  # a config file (not a script)\n"
-        "        importlib.import_module(path[:-3].replace(os.sep, '.')).get_config('')\n"
-        "print(sorted(m for m in ('jax', 'flax', 'orbax.checkpoint') if m in sys.modules))\n")
+        "        module = importlib.import_module(path[:-3].replace(os.sep, '.'))\n"
+        "        for preset in [''] + sorted(getattr(module, 'PRESETS', {})):\n"
+        "            loaded += bool(module.get_config(preset))\n"
+        "print(loaded, sorted(m for m in ('jax', 'flax', 'orbax.checkpoint') if m in sys.modules))\n")
     out = subprocess.run(["python", "-c", script], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "[]"
+    loaded, modules = out.stdout.strip().split(" ", 1)
+    assert int(loaded) > 100 and modules == "[]", out.stdout
