@@ -230,6 +230,35 @@ def test_grid_explorer_searches_once_then_walks_straight_to_key_and_door():
     assert len(ends) > 10 and (np.asarray(returns) == 2.0).all()
 
 
+def test_grid_explorer_memory_forgets_and_lapses_play_at_random():
+    """3x3 Key-to-Door from the centre, key in cell 8, door in cell 0, no noise. Unbounded
+    memory: episodes after the first take the shortest path (2 + 4 steps). `memory=3`: by the
+    next episode the key was seen more than 3 steps ago, so every episode repeats the first
+    one's search step for step (a search that itself revisits cells seen 4 steps before). `lapse=1`: every episode is played at random."""
+    env = envs.make("key_to_door", size=3, episode_length=20, start="centre")
+    params = jax.tree.map(lambda x: x[None], env.params_for(8, 0))
+
+    def episodes(**kwargs):
+        h = generate_histories(env, grid_explorer(env, eps=0.0, **kwargs), params, 200,
+                               jax.random.PRNGKey(4))
+        obs, ends = np.asarray(h.observations[0]), np.flatnonzero(np.asarray(h.dones[0]))
+        return [obs[a:b + 1].tolist() for a, b in zip(np.r_[0, ends[:-1] + 1], ends)], h
+
+    remembered, _ = episodes()
+    assert len(remembered[0]) > 6 and all(len(e) == 6 for e in remembered[1:])
+    forgetful, _ = episodes(memory=3)
+    assert len(forgetful) > 5 and all(e == forgetful[0] for e in forgetful)
+    assert len(forgetful[1]) > 6  # it searches again (and revisits what it forgot)
+    _, random = episodes(lapse=1.0)
+    counts = np.bincount(np.asarray(random.actions[0]), minlength=5) / 200
+    assert np.abs(counts - 0.2).max() < 0.08, counts  # 5 sigma of a uniform pick
+    assert episodes(lapse=0.0)[0] == remembered
+    with pytest.raises(ValueError, match="memory must be a positive"):
+        grid_explorer(env, memory=0)
+    with pytest.raises(ValueError, match="lapse must be a probability"):
+        grid_explorer(env, lapse=1.5)
+
+
 def test_grid_explorer_learns_dark_room_in_context_and_needs_a_grid():
     env = envs.make("darkroom")
     h = generate_histories(env, grid_explorer(env), env.task_params(np.arange(40)), 250,
