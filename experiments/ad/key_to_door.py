@@ -42,8 +42,9 @@ for _name in ("quick_explorer", "quick_explorer_ad"):
 # The grid explorer remembering only the model's context (100 steps) and playing a fifth of its
 # episodes at random: its histories show failed episodes and the search or the walk back to the
 # key that follows them, the states a model's own rollouts reach (issue 19 part 3).
-for _name in ("quick_explorer", "quick_explorer_ad"):
-    PRESETS[_name.replace("explorer", "explorer_lapse")] = dict(
+for _name in ("quick_explorer", "quick_explorer_ad", "quick_explorer_centre",
+              "quick_explorer_centre_ad"):
+    PRESETS[_name.replace("_ad", "") + "_lapse" + ("_ad" if _name.endswith("_ad") else "")] = dict(
         PRESETS[_name], **{"data.source_kwargs": {"eps": 0.1, "memory": 100, "lapse": 0.2}})
 # App. F's data (100 goals x 8 Q-learning histories of 200 episodes), centre start, at CPU scale:
 # the small model (2x64, context 200 = 4 episodes) on every 10th episode, 2,000 updates;
