@@ -46,19 +46,6 @@ for _name in ("quick_explorer", "quick_explorer_ad", "quick_explorer_centre",
               "quick_explorer_centre_ad"):
     PRESETS[_name.replace("_ad", "") + "_lapse" + ("_ad" if _name.endswith("_ad") else "")] = dict(
         PRESETS[_name], **{"data.source_kwargs": {"eps": 0.1, "memory": 100, "lapse": 0.2}})
-# App. F's data (100 goals x 8 Q-learning histories of 200 episodes), centre start, at CPU scale:
-# the small model (2x64, context 200 = 4 episodes) on every 10th episode, 2,000 updates;
-# `quick_q_centre_ad` without the n-gram layer.
-PRESETS["quick_q_centre"] = {
-    "env.kwargs": {"start": "centre"},
-    "model.d_model": 64, "model.num_layers": 2, "model.num_heads": 4, "model.max_len": 200,
-    "model.ngram_positions": (1,), "model.ngram_latest": True,
-    "train.num_steps": 2000, "train.batch_size": 64, "train.seq_len": 200,
-    "train.learning_rate": 1e-3, "train.warmup_steps": 100, "train.steps_per_call": 50,
-    "train.checkpoint_every": 500, "data.subsample": 10,
-    "eval.temperature": 0.7, "eval.num_envs_per_task": 1,
-}
-PRESETS["quick_q_centre_ad"] = dict(PRESETS["quick_q_centre"], **{"model.ngram_positions": ()})
 
 
 def get_config(preset: str = ""):
