@@ -95,7 +95,8 @@ def grid_explorer(env, eps: float = 0.1, memory: int | None = None, lapse: float
         return jnp.where(random, uniform_pick(u[1], params.action_mask), greedy), s
 
     def update(key, s, tr, params):
-        # The cell stepped into is seen at the next step (the auto-reset's cell is not it).
+        # The cell stepped into counts as seen at the next step, also when an episode ends
+        # there (the next observation is then the auto-reset's cell).
         seen_at = s.seen_at.at[s.phase, tr.obs].set(s.clock).at[s.phase, tr.next_obs].set(
             s.clock + 1)
         paid = tr.reward > 0
