@@ -234,7 +234,8 @@ def test_grid_explorer_memory_forgets_and_lapses_play_at_random():
     """3x3 Key-to-Door from the centre, key in cell 8, door in cell 0, no noise. Unbounded
     memory: episodes after the first take the shortest path (2 + 4 steps). `memory=3`: by the
     next episode the key was seen more than 3 steps ago, so every episode repeats the first
-    one's search step for step (a search that itself revisits cells seen 4 steps before). `lapse=1`: every episode is played at random."""
+    one's search step for step (a search that itself revisits cells seen 4 steps before).
+    `lapse=1`: every episode is played at random."""
     env = envs.make("key_to_door", size=3, episode_length=20, start="centre")
     params = jax.tree.map(lambda x: x[None], env.params_for(8, 0))
 

@@ -42,10 +42,11 @@ for _name in ("quick_explorer", "quick_explorer_ad"):
 # The grid explorer remembering only the model's context (100 steps) and playing a fifth of its
 # episodes at random: its histories show failed episodes and the search or the walk back to the
 # key that follows them, the states a model's own rollouts reach (issue 19 part 3).
-for _name in ("quick_explorer", "quick_explorer_ad", "quick_explorer_centre",
-              "quick_explorer_centre_ad"):
-    PRESETS[_name.replace("_ad", "") + "_lapse" + ("_ad" if _name.endswith("_ad") else "")] = dict(
-        PRESETS[_name], **{"data.source_kwargs": {"eps": 0.1, "memory": 100, "lapse": 0.2}})
+for _base, _lapse in (("quick_explorer", "quick_explorer_lapse"),
+                      ("quick_explorer_centre", "quick_explorer_centre_lapse")):
+    for _suffix in ("", "_ad"):
+        PRESETS[_lapse + _suffix] = dict(PRESETS[_base + _suffix], **{
+            "data.source_kwargs": {"eps": 0.1, "memory": 100, "lapse": 0.2}})
 
 
 def get_config(preset: str = ""):
