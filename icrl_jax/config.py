@@ -127,6 +127,10 @@ def base_config() -> ml_collections.ConfigDict:
         greedy=False,  # argmax instead of sampling
         # Sampling temperature: softmax(logits / temperature); < 1 sharpens the trained policy.
         temperature=1.0,
+        # AD family, rollouts longer than the context: 0 recomputes the sliding window each
+        # step; m >= 1 decodes from m staggered key/value caches (m tokens a step; the model
+        # then sees its last L - L/m + 1 to L steps; methods/in_context.py: staggered_slots).
+        context_caches=0,
         seed=1,
         tasks="test",  # test | train: which split to evaluate on
         chunk_size=0,  # environments per jitted rollout call (0 = all at once)

@@ -9,7 +9,7 @@ import pytest
 import envs
 from icrl_jax.data.dataset import to_step_windows
 from icrl_jax.data.histories import generate_histories
-from icrl_jax.methods.in_context import in_context_source
+from icrl_jax.methods.in_context import CachedContext, in_context_source, staggered_slots
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import mask_logits, select_actions
 from icrl_jax.models.ngram import ngram_pattern
@@ -159,3 +159,148 @@ def test_shuffled_ngram_patterns_recompute_the_window():
         shuffled.decode_init({}, to_step_windows(generate_histories(
             env, envs_random(), env.task_params(np.arange(1)), CONTEXT,
             jax.random.PRNGKey(0))), CONTEXT)
+
+
+def test_staggered_slots_by_hand():
+    """Two caches of 10 slots: cache 1 starts at step 5; the fuller one acts."""
+    expected = {0: ([0, 5], 0), 4: ([4, 9], 0), 5: ([5, 0], 0), 9: ([9, 4], 0),
+                10: ([0, 5], 1), 14: ([4, 9], 1), 15: ([5, 0], 0), 24: ([4, 9], 1)}
+    for step, (slots, acting) in expected.items():
+        got_slots, got_acting = staggered_slots(jnp.int32(step), 10, 2)
+        assert np.asarray(got_slots).tolist() == slots and int(got_acting) == acting, step
+    # One cache restarts every `length` steps; as many caches as slots always hold `length`.
+    assert int(staggered_slots(jnp.int32(23), 10, 1)[0][0]) == 3
+    slots, acting = staggered_slots(jnp.int32(23), 10, 10)
+    assert int(slots[acting]) == 9
+
+
+def steps_of(windows, start: int, stop: int):
+    """Steps `[start, stop)` of `(B, T)` step windows (the action masks `(B, A)` as they are)."""
+    steps = windows.prev_actions.shape[1]
+    return jax.tree.map(lambda x: x[:, start:stop] if x.ndim > 1 and x.shape[1] == steps else x,
+                        windows)
+
+
+def assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
+        policy, params, windows, num_caches: int):
+    """Teacher-forces `windows` `(B, T)` through `policy.decode_step` (one env per row) and
+    checks each step's logits against the full forward pass over the steps since the acting
+    cache started; returns the window lengths seen once the context is full."""
+    method, context_len = policy.method, policy.context_len
+    batch, steps = windows.prev_actions.shape
+    example = jax.tree.map(lambda x: x[:1], steps_of(windows, 0, 1))
+    cache = method.decode_init(params, example, context_len)  # each env's caches, batch 1
+    cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch, num_caches) + x.shape), cache)
+    contexts = CachedContext(cache, jnp.zeros(batch, jnp.int32), jnp.zeros(batch, jnp.int32),
+                             jnp.zeros(batch, jnp.float32))
+
+    @jax.jit
+    def decode(contexts, step):
+        def one(context, step):
+            logits, context = policy.decode_step(params, context, step)
+            return logits, policy.record_step(context, jnp.int32(0), jnp.float32(0))
+        return jax.vmap(one)(contexts, step)
+
+    lengths = set()
+    for t in range(steps):
+        step = jax.tree.map(lambda x: x[:, None], steps_of(windows, t, t + 1))
+        logits, contexts = decode(contexts, step)
+        slots, acting = staggered_slots(jnp.int32(t), context_len, num_caches)
+        start = t - int(slots[acting])
+        if t >= context_len:
+            lengths.add(t - start + 1)
+        window = steps_of(windows, start, t + 1)
+        expected = method.context_logits(params, window, None)[:, -1]
+        available = np.asarray(windows.action_mask)
+        np.testing.assert_allclose(np.where(available, logits[:, 0, 0], 0),
+                                   np.where(available, expected, 0), rtol=1e-5, atol=1e-5)
+    return lengths
+
+
+@pytest.mark.parametrize("num_caches,position,ngrams", [
+    (2, "learned", {}), (3, "rotary", dict(ngram_positions=(0, 2), ngram_max=2)),
+    (1, "learned", dict(ngram_positions=(1,), ngram_latest=True, ngram_match="observation"))])
+def test_staggered_caches_give_the_logits_of_the_window_since_the_acting_cache_started(
+        num_caches, position, ngrams):
+    """A random walk three contexts long, decoded from staggered caches step by step: each
+    step's logits are those of the full forward pass over the steps since the acting cache
+    started (`staggered_slots`), n-gram layers included; once the context is full, the model
+    sees between L - L/m + 1 and L steps."""
+    env = envs.make("darkroom")
+    config = default_transformer_config()
+    config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
+                       label_smoothing=0.0, position=position, **ngrams))
+    method = AD(config, env.num_actions, env.num_observations, grid_size=9)
+    steps = 3 * CONTEXT + 5
+    windows = to_step_windows(generate_histories(env, envs_random(),
+                                                 env.task_params(np.array([3, 40])), steps,
+                                                 jax.random.PRNGKey(0)))
+    params = method.init(jax.random.PRNGKey(1), steps_of(windows, 0, CONTEXT))
+    params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(4), x.shape),
+                          params)
+    policy = in_context_source(method, params, env, CONTEXT, greedy=False, max_steps=steps,
+                               context_caches=num_caches).build
+    assert policy.staggered and not policy.cached
+    lengths = assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
+        policy, params, windows, num_caches)
+    assert min(lengths) == CONTEXT - CONTEXT // num_caches + 1 and max(lengths) == CONTEXT
+
+
+def test_staggered_rollout_runs_in_the_rollout_driver_and_compiles_once():
+    """The staggered policy as a `Source` in `generate_histories`: sampled actions, one trace
+    for new parameters; with the rollout inside the context it is the single cache."""
+    env = envs.make("darkroom")
+    method = tiny_ad(env)
+    task_params = env.task_params(np.arange(4))
+    probe = to_step_windows(generate_histories(env, envs_random(), task_params, CONTEXT,
+                                               jax.random.PRNGKey(0)))
+    calls = chex.assert_max_traces(method.decode_logits, n=1)
+    method.decode_logits = calls
+    results = []
+    for seed in (1, 2):
+        params = method.init(jax.random.PRNGKey(seed), probe)
+        policy = in_context_source(method, params, env, CONTEXT, False, max_steps=40,
+                                   context_caches=2)
+        results.append(np.asarray(generate_histories(env, policy, task_params, 40,
+                                                     jax.random.PRNGKey(3)).actions))
+    assert not np.array_equal(results[0], results[1]) and len(np.unique(results[0])) > 1
+    assert in_context_source(method, {}, env, CONTEXT, False, max_steps=CONTEXT,
+                             context_caches=2).build.cached
+
+
+def test_staggered_caches_are_refused_where_no_cache_decodes():
+    env = envs.make("darkroom")
+    config = default_transformer_config()
+    config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
+                       label_smoothing=0.0, ngram_positions=(1,), ngram_shuffle=True))
+    shuffled = AD(config, env.num_actions, env.num_observations)
+    with pytest.raises(ValueError, match="eval.context_caches=2 needs a model that decodes"):
+        in_context_source(shuffled, {}, env, CONTEXT, False, max_steps=50, context_caches=2)
+    with pytest.raises(ValueError, match=r"context_caches must be in \[0, context length 12\]"):
+        in_context_source(tiny_ad(env), {}, env, CONTEXT, False, context_caches=13)
+
+
+@pytest.mark.parametrize("prompt", [True, False])
+def test_headless_ad_staggered_caches_keep_the_action_set_prompt(prompt):
+    """Headless-AD from staggered caches: every cache keeps the action-set prompt in front of
+    the steps since it started, and gives the full forward pass's logits over them."""
+    from envs.bandits import BernoulliBandit
+    from icrl_jax.methods.headless_ad import HeadlessAD, default_headless_config
+
+    env = BernoulliBandit(arms=5, max_arms=6, seed=0)
+    config = default_transformer_config()
+    config.update(dict(d_model=32, num_layers=2, num_heads=2, max_len=32, label_smoothing=0.0))
+    for key, value in dict(default_headless_config(), action_embed_dim=16, tau=1.0,
+                           prompt=prompt).items():
+        config[key] = value
+    method = HeadlessAD(config, num_observations=1)
+    steps = 3 * CONTEXT + 2
+    windows = to_step_windows(generate_histories(env, envs_random(), env.task_params(np.arange(2)),
+                                                 steps, jax.random.PRNGKey(0)))
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), steps_of(windows, 0, CONTEXT)),
+                                jax.random.PRNGKey(2), env)
+    policy = in_context_source(method, params, env, CONTEXT, greedy=False, max_steps=steps,
+                               context_caches=2).build
+    lengths = assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
+        policy, params, windows, 2)
+    assert lengths == set(range(CONTEXT // 2 + 1, CONTEXT + 1))

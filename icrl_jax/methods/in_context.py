@@ -6,7 +6,10 @@ records the action taken and the reward received, so the next token carries them
 a fixed-shape sliding window: while it is not full, step t writes position t; afterwards the
 window shifts left by one each step. No shape changes per step, hence one compilation for the
 whole rollout. When the whole rollout fits in the context, methods that can decode from a
-key/value cache do: one token per step, and each step is decoded exactly once.
+key/value cache do: one token per step, and each step is decoded exactly once. Longer rollouts
+either recompute the sliding window at every step (exact, L tokens a step) or, with
+`context_caches = m >= 1`, decode from m staggered caches (`staggered_slots`): m tokens a step,
+and the model acts on its last L - L/m + 1 to L steps instead of always its last L.
 
 Methods with a pixel encoder (`caches_encoded_context`) keep encoder features (and per-frame
 n-gram ids such as VQ codes) in the context, so each frame goes through the CNN (and the VQ-VAE)
@@ -94,7 +97,8 @@ class CachedContext:
     """The key/value cache of one environment's whole rollout (incremental decoding).
 
     Attributes:
-      cache: the method's cache (per-layer keys and values, batch 1).
+      cache: the method's cache (per-layer keys and values, batch 1); staggered caches
+        (`InContextPolicy.staggered`) stack m of them on a leading axis.
       step: int32 steps written so far.
       last_action, last_reward: the previous step's action and reward (as in `ContextState`).
     """
@@ -103,6 +107,24 @@ class CachedContext:
     step: jax.Array
     last_action: jax.Array
     last_reward: jax.Array
+
+
+def staggered_slots(step: jax.Array, length: int, num_caches: int
+                    ) -> tuple[jax.Array, jax.Array]:
+    """Where step `step` goes in each of `num_caches` caches of `length` slots, and which acts.
+
+    Cache j starts at step `j * length // num_caches` and restarts every `length` steps, so
+    step t is written at slot `(t - start_j) mod length` with that position (the model sees a
+    window that begins at the cache's last restart). The acting cache is the one holding the
+    most steps; from step `length` on it holds between `length - length // num_caches + 1` and
+    `length` of them (the newest included). Before its start a cache writes slots that are
+    rewritten before any query reads them (keys after a query are masked).
+
+    Returns int32 `(num_caches,)` slots and the int32 `()` index of the acting cache.
+    """
+    starts = jnp.arange(num_caches, dtype=jnp.int32) * length // num_caches
+    slots = jnp.mod(step - starts, length).astype(jnp.int32)
+    return slots, jnp.argmax(jnp.where(step >= starts, slots, -1)).astype(jnp.int32)
 
 
 def _step_window(observation, last_action, last_reward, action_mask) -> StepWindows:
@@ -132,6 +154,9 @@ class InContextPolicy:
     greedy: bool
     max_steps: int | None = None
     temperature: float = 1.0  # sampling temperature (see `select_actions`)
+    #: Rollouts longer than the context: 0 recomputes the sliding window at every step; m >= 1
+    #: decodes from m staggered caches (`staggered_slots`), m tokens a step.
+    context_caches: int = 0
 
     @property
     def cached(self) -> bool:
@@ -140,6 +165,11 @@ class InContextPolicy:
         can. Each step then costs one token instead of the whole window."""
         return (self.method.decodes_incrementally and self.max_steps is not None
                 and self.max_steps <= self.context_len)
+
+    @property
+    def staggered(self) -> bool:
+        """Decode a rollout longer than the context from `context_caches` staggered caches."""
+        return self.context_caches > 0 and not self.cached
 
     @property
     def encoded(self) -> bool:
@@ -154,7 +184,7 @@ class InContextPolicy:
         return jax.tree.map(lambda x: x[0], encoded)
 
     def __call__(self, params) -> Source:
-        if self.cached:
+        if self.cached or self.staggered:
             return self._cached_source(params)
         method, env = self.method, self.env
         score = method.encoded_context_logits if self.encoded else method.context_logits
@@ -182,14 +212,21 @@ class InContextPolicy:
         return Source(init, act, update, name=f"{method.name}_in_context")
 
     def _cached_source(self, params) -> Source:
+        """One cache of the whole rollout (`cached`), or `context_caches` staggered caches of
+        the context's length (`staggered`), decoded side by side with `vmap`."""
         method, env = self.method, self.env
+        num_caches = self.context_caches
+        slots = self.context_len if self.staggered else self.max_steps
 
         def init(key, env_params):
             del key
             action_mask = env.action_mask(env_params)
             observation = jnp.zeros(env.observation_shape, _observation_dtype(env))
             example = _step_window(observation, jnp.int32(0), jnp.float32(0), action_mask)
-            cache = method.decode_init(params, example, self.max_steps)
+            cache = method.decode_init(params, example, slots)
+            if self.staggered:
+                cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_caches,) + x.shape),
+                                     cache)
             return CachedContext(cache, jnp.zeros((), jnp.int32),
                                  jnp.asarray(action_mask.shape[-1], jnp.int32),
                                  jnp.zeros((), jnp.float32))
@@ -198,31 +235,60 @@ class InContextPolicy:
             del env_state
             mask = env.action_mask(env_params)
             step = _step_window(obs, context.last_action, context.last_reward, mask)
-            logits, cache = method.decode_logits(params, context.cache, step, context.step)
+            logits, context = self.decode_step(params, context, step)
             _, action_key = jax.random.split(key)  # the keys of the sliding-window policy
             action = select_actions(action_key, logits[0, 0], mask, self.greedy,
                                     self.temperature)
-            return action, context.replace(cache=cache)
+            return action, context
 
         def update(key, context, transition, env_params):
             del key, env_params
-            return CachedContext(context.cache, context.step + 1,
-                                 transition.action.astype(jnp.int32),
-                                 transition.reward.astype(jnp.float32))
+            return self.record_step(context, transition.action, transition.reward)
 
         return Source(init, act, update, name=f"{method.name}_in_context")
 
+    def decode_step(self, params, context: CachedContext, step: StepWindows
+                    ) -> tuple[jax.Array, CachedContext]:
+        """Logits `(1, 1, A)` of the `(1, 1)` window `step` (the step `context.step`) from the
+        cache (`cached`) or the acting one of the staggered caches (`staggered`), which all
+        get the step written."""
+        if not self.staggered:
+            logits, cache = self.method.decode_logits(params, context.cache, step, context.step)
+            return logits, context.replace(cache=cache)
+        slots, acting = staggered_slots(context.step, self.context_len, self.context_caches)
+        logits, cache = jax.vmap(
+            lambda cache, slot: self.method.decode_logits(params, cache, step, slot))(
+                context.cache, slots)  # logits (m, 1, 1, A)
+        return logits[acting], context.replace(cache=cache)
+
+    @staticmethod
+    def record_step(context: CachedContext, action: jax.Array, reward: jax.Array
+                    ) -> CachedContext:
+        return CachedContext(context.cache, context.step + 1,
+                             action.astype(jnp.int32), reward.astype(jnp.float32))
+
 
 def in_context_source(method, params, env, context_len: int, greedy: bool,
-                      max_steps: int | None = None, temperature: float = 1.0) -> ParamSource:
+                      max_steps: int | None = None, temperature: float = 1.0,
+                      context_caches: int = 0) -> ParamSource:
     """The trained model as a policy whose state is the context of its own history.
 
     `params` is opaque here and handed to the method's logits functions. With `max_steps` (the
     rollout length) no longer than `context_len`, methods that can decode incrementally do (see
-    `InContextPolicy.cached`). `temperature` (> 0) divides the logits before sampling.
+    `InContextPolicy.cached`); longer rollouts decode from `context_caches` staggered caches
+    when it is >= 1 (`staggered_slots`), else recompute the window. `temperature` (> 0)
+    divides the logits before sampling.
     """
+    context_caches = int(context_caches)
+    if context_caches < 0 or context_caches > context_len:
+        raise ValueError(f"eval.context_caches must be in [0, context length {context_len}], "
+                         f"got {context_caches}")
+    if context_caches and not method.decodes_incrementally:
+        raise ValueError(f"eval.context_caches={context_caches} needs a model that decodes from "
+                         f"a cache; {method.name} with this config does not (shuffled n-gram "
+                         "patterns, or no decoder): set eval.context_caches=0")
     policy = InContextPolicy(method, env, context_len, bool(greedy), max_steps,
-                             checked_temperature(temperature))
+                             checked_temperature(temperature), context_caches)
     return ParamSource(policy, params, name=f"{method.name}_in_context")
 
 
@@ -281,4 +347,5 @@ class InContextMethod(Method):
     def policies(self, params, env, config) -> dict[str, Any]:
         return {"model": in_context_source(self, params, env, config.train.seq_len,
                                            config.eval.greedy, max_steps=config.eval.num_steps,
-                                           temperature=config.eval.temperature)}
+                                           temperature=config.eval.temperature,
+                                           context_caches=config.eval.get("context_caches", 0))}
