@@ -147,7 +147,8 @@ def test_ad_rollout_that_fits_the_context_decodes_from_a_cache_same_actions(ngra
 
 
 def test_shuffled_ngram_patterns_recompute_the_window():
-    """The shuffled-pattern ablation draws each row from the whole window: no cache."""
+    """The shuffled-pattern ablation draws each row from the whole window: no cache, and
+    staggered caches are refused with a clear error."""
     env = envs.make("darkroom")
     config = default_transformer_config()
     config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
@@ -155,6 +156,8 @@ def test_shuffled_ngram_patterns_recompute_the_window():
     shuffled = AD(config, env.num_actions, env.num_observations)
     assert not in_context_source(shuffled, {}, env, CONTEXT, greedy=False,
                                  max_steps=CONTEXT).build.cached
+    with pytest.raises(ValueError, match="eval.context_caches=2 needs a model that decodes"):
+        in_context_source(shuffled, {}, env, CONTEXT, False, max_steps=50, context_caches=2)
     with pytest.raises(ValueError, match="ngram_shuffle"):
         shuffled.decode_init({}, to_step_windows(generate_histories(
             env, envs_random(), env.task_params(np.arange(1)), CONTEXT,
@@ -268,14 +271,8 @@ def test_staggered_rollout_runs_in_the_rollout_driver_and_compiles_once():
                              context_caches=2).build.cached
 
 
-def test_staggered_caches_are_refused_where_no_cache_decodes():
+def test_context_caches_out_of_range_are_a_clear_error():
     env = envs.make("darkroom")
-    config = default_transformer_config()
-    config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
-                       label_smoothing=0.0, ngram_positions=(1,), ngram_shuffle=True))
-    shuffled = AD(config, env.num_actions, env.num_observations)
-    with pytest.raises(ValueError, match="eval.context_caches=2 needs a model that decodes"):
-        in_context_source(shuffled, {}, env, CONTEXT, False, max_steps=50, context_caches=2)
     with pytest.raises(ValueError, match=r"context_caches must be in \[0, context length 12\]"):
         in_context_source(tiny_ad(env), {}, env, CONTEXT, False, context_caches=13)
 
