@@ -30,6 +30,9 @@ Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories
                          separation, neither at 80% of optimal (README).
   `quick_explorer_narrow[_ad]` the same in `NARROW_SPACE`, 8 assignments in programs of 4: EMP
                          at 8 n-gram 39.9 +- 0.4 vs AD 41.5 +- 0.5, both past 80% of optimal by n = 2.
+  `quick_explorer_goals40[_narrow][_ad]` the explorer search with 40 training goals x 12
+                         histories, evaluated on the other 40 (Fig. 6's bottom row at CPU scale),
+                         8 assignments in one program, in Table 2's space or `NARROW_SPACE`.
 
 Measured on a shared 2-core CPU (held-out goals, last of 10 in-context episodes; random 0.35,
 Q-learning source 12.05, optimal 46.6): EMP at 10 assignments (`quick`) n-gram 2.08 +- 0.35 vs
@@ -104,6 +107,15 @@ QUICK_EXPLORER_NARROW = dict(QUICK_EXPLORER, **{"sweep.space": NARROW_SPACE,
                                                 "sweep.num_assignments": 8,
                                                 "sweep.max_replicas": 4})
 
+#: `quick_explorer` with fewer, better-covered goals (Fig. 6's bottom row at CPU scale): 40
+#: training goals x 12 histories (480), evaluated on the other 40 goals x 2 rollouts, 8
+#: assignments in one program (`_narrow`: in `NARROW_SPACE`).
+QUICK_EXPLORER_GOALS40 = dict(QUICK_EXPLORER, **{"data.num_train_tasks": 40,
+                                                 "data.num_test_tasks": 40,
+                                                 "data.histories_per_task": 12,
+                                                 "eval.num_envs_per_task": 2,
+                                                 "sweep.num_assignments": 8})
+
 
 def presets() -> dict:
     out = {
@@ -119,6 +131,10 @@ def presets() -> dict:
         "quick_explorer_narrow": dict(QUICK_EXPLORER_NARROW),
         "quick_explorer_narrow_ad": dict(QUICK_EXPLORER_NARROW, **{"model.ngram_positions": ()}),
     }
+    for name, space in (("quick_explorer_goals40", {}),
+                        ("quick_explorer_goals40_narrow", {"sweep.space": NARROW_SPACE})):
+        out[name] = dict(QUICK_EXPLORER_GOALS40, **space)
+        out[f"{name}_ad"] = dict(out[name], **{"model.ngram_positions": ()})
     for goals in (10, 20, 40, 60):
         setting = {"data.num_train_tasks": goals, "data.num_test_tasks": 80 - goals,
                    "data.histories_per_task": -(-1000 // goals)}

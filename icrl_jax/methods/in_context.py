@@ -31,6 +31,7 @@ from icrl_jax.data.history import History
 from icrl_jax.data.pixel_store import PixelStore, StepWindowsLoader, example_step_windows
 from icrl_jax.data.sources import ParamSource, Source
 from icrl_jax.data.train_data import TrainData, on_device
+from icrl_jax.errors import UserError
 from icrl_jax.methods.base import Method
 from icrl_jax.models.heads import checked_temperature, select_actions
 
@@ -281,10 +282,10 @@ def in_context_source(method, params, env, context_len: int, greedy: bool,
     """
     context_caches = int(context_caches)
     if context_caches < 0 or context_caches > context_len:
-        raise ValueError(f"eval.context_caches must be in [0, context length {context_len}], "
+        raise UserError(f"eval.context_caches must be in [0, context length {context_len}], "
                          f"got {context_caches}")
     if context_caches and not method.decodes_incrementally:
-        raise ValueError(f"eval.context_caches={context_caches} needs a model that decodes from "
+        raise UserError(f"eval.context_caches={context_caches} needs a model that decodes from "
                          f"a cache; {method.name} with this config does not (shuffled n-gram "
                          "patterns, or no decoder): set eval.context_caches=0")
     policy = InContextPolicy(method, env, context_len, bool(greedy), max_steps,
