@@ -51,6 +51,18 @@ def workloads():
     return out
 
 
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -84,13 +96,14 @@ def main() -> None:
                 best[caches] = min(best[caches], time.perf_counter() - start)
         env_steps = len(jax.tree.leaves(tasks)[0]) * steps
         for caches, seconds in best.items():
-            label = "window recomputed" if caches == 0 else f"{caches} staggered caches"
+            label = ("window recomputed" if caches == 0 else
+                     f"{caches} staggered cache{'s' if caches > 1 else ''}")
             seen = ("100" if caches == 0 else
                     f"{context - context // caches + 1}-{context}")
             rows.append(f"| {name} | {label} | {seen} | {seconds:.2f} | "
                         f"{env_steps / seconds:,.0f} | {best[0] / seconds:.1f}x |")
     prose = (f"`python benchmarks/bench_context_caches.py --repeats {args.repeats} --caches "
-             f"{' '.join(map(str, args.caches))}` on {platform.processor() or platform.machine()}, "
+             f"{' '.join(map(str, args.caches))}` on {cpu_name()}, "
              f"{os.cpu_count()} cores, {len(jax.devices())} CPU devices; load average "
              f"{os.getloadavg()[0]:.1f} at the end. 600-step rollouts, context 100, randomly "
              "initialised models of the presets' shapes, best of the rounds. `steps seen` is how "
