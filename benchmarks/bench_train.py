@@ -309,6 +309,56 @@ def measure_main_job(calls: int, precision="fp32"):
     return _measure_experiment(config, calls, 10)
 
 
+def measure_sweep_replicas(num_replicas: int, calls: int, precision="fp32"):
+    """A random search's training program: `ngram/darkroom.py:quick_explorer_goals40_narrow`
+    (the main job's model plus a 1-gram layer, batch 64 x 100, on grid-explorer histories of
+    40 goals) with its first `num_replicas` assignments vmapped side by side, as `icrl-jax
+    sweep` trains a group; 0 replicas: the first assignment as a single run (`train`'s path)."""
+    from experiments.ngram.darkroom import get_config
+    from icrl_jax import run as R
+    from icrl_jax.config import finalize
+    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.sources import build_source
+    from icrl_jax.methods import build_method
+    from icrl_jax.sweep import flatten_space, sample_assignment
+    from icrl_jax.train import replica_hyperparameters
+
+    config = get_config("quick_explorer_goals40_narrow")
+    config.train.steps_per_call = 10
+    config.train.compute_dtype = precision
+    space = flatten_space(config.sweep.space)
+    assignments = [sample_assignment(space, 0, i) for i in range(max(1, num_replicas))]
+    if not num_replicas:  # the first assignment's values as a plain config
+        for key, value in assignments[0].items():
+            section, field = key.split(".", 1)
+            config[section][field] = value
+    config = finalize(config)
+    env = R.build_env(config)
+    steps, tasks = int(config.data.num_steps), int(config.data.num_train_tasks)
+    source = build_source(config.data.source, env, steps, dict(config.data.source_kwargs))
+    history = generate_histories(env, source, env.task_params(np.arange(tasks)), steps,
+                                 jax.random.PRNGKey(0))
+    train_data = build_method(config, env).training_data(history, config, env)
+    if not num_replicas:
+        method = build_method(config, env)
+        seconds, state = _time_calls(lambda _: (method, make_optimizer(config.train)),
+                                     train_data, config.train, calls)
+    else:
+        from icrl_jax.train import _Mapping
+
+        def build(h):
+            model = _Mapping(config.model.to_dict())
+            model.update({k.split(".", 1)[1]: v for k, v in h.items() if k.startswith("model.")})
+            method = build_method(config, env, model)
+            return method, make_optimizer(config.train, h, method.trainable)
+
+        seconds, state = _time_calls(build, train_data, config.train, calls, num_replicas,
+                                     replica_hyperparameters(config, assignments))
+    return _throughput(seconds, state, 10, int(config.train.batch_size),
+                       int(config.train.seq_len), int(config.model.num_layers),
+                       int(config.model.d_model), max(1, num_replicas))
+
+
 def measure_headless_paper(batch: int, calls: int, precision="fp32"):
     """Headless-AD at the paper's bandit scale (Table 3: 4 layers, d 512, 64 heads, rotary, a
     300-step context) on Thompson-sampling histories of 64 bandits with 4-20 arms, one optimiser
@@ -344,6 +394,11 @@ ROWS_BEFORE_AFTER = {
                 lambda calls: measure_unimask(30, calls)),
     "gpt_dt": ("GPT-DT / DT quick (hopper shapes), 4x128, 4 heads, 32x60",
                lambda calls: measure_gpt_dt(False, calls)),
+    "sweep_single": ("a sweep assignment trained alone (`ngram/darkroom.py:"
+                     "quick_explorer_goals40_narrow`, 2x64 + 1-gram layer), 64x100",
+                     lambda calls: measure_sweep_replicas(0, calls)),
+    "sweep_8": ("the same sweep's first 8 assignments as vmapped replicas, 8x64x100",
+                lambda calls: measure_sweep_replicas(8, calls)),
 }
 BEFORE_AFTER_HEADING = "## Training throughput before and after (side by side)"
 
