@@ -88,6 +88,8 @@ def train_assignments(config, env, data: TrainData, assignments: Sequence[dict[s
     `{loss, accuracy}` of each `(K,)` from the last logged step.
     """
     hypers = T.replica_hyperparameters(config, assignments)
+    # A group trains for minutes to hours: a progress bar per program, as `train` has.
+    show_progress = bool(config.get("run", {}).get("progress", False))
     signature = dict(sweep_group=group_key(assignments[0]), method=config.method,
                      env=config.env.name)
 
@@ -96,6 +98,7 @@ def train_assignments(config, env, data: TrainData, assignments: Sequence[dict[s
         state, metrics = T.train_replicas(lambda model: build_method(config, env, model), config,
                                           data, directory, signature,
                                           [seeds[i] for i in indices], hyper,
+                                          show_progress=show_progress,
                                           cache_key=(config.to_json(sort_keys=True),
                                                      config.env.to_json(sort_keys=True),
                                                      data.sample_fn))
