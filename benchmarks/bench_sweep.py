@@ -1,13 +1,15 @@
 """Hyperparameter-sweep throughput: assignments trained per hour, one by one vs vmapped replicas.
 
-The workload is the n-gram Dark Room `:quick` model (AD + 1-gram layer after block 1, d=32,
-2 blocks, batch 16, context 100) on random Dark-Room-shaped data; each assignment is
-`--steps` updates with its own learning rate, weight decay, dropouts and label smoothing.
-"one by one" trains K assignments in sequence through one compiled single-replica program
-(hyperparameters are traced, so it compiles once); "vmapped" trains the same K side by side in
-one program. Compilation is timed separately (first call) and excluded from the rate.
+The workload is a preset of `experiments/ngram/darkroom.py` (`--preset`; by default `quick`:
+AD + 1-gram layer after block 1, d=32, 2 blocks, batch 16, context 100) on random
+Dark-Room-shaped data; each assignment is `--steps` updates with its own learning rate, weight
+decay, dropouts and label smoothing. "one by one" trains K assignments in sequence through one
+compiled single-replica program (hyperparameters are traced, so it compiles once); "vmapped"
+trains the same K side by side in one program. Compilation is timed separately (first call)
+and excluded from the rate. Like `icrl-jax`, it runs one XLA CPU device per core
+(`icrl_jax/cpu_devices.py`; `ICRL_JAX_CPU_DEVICES=1` for one).
 
-    python benchmarks/bench_sweep.py [--steps 200] [--replicas 4 8] [--no-write]
+    python benchmarks/bench_sweep.py [--preset quick] [--steps 200] [--replicas 4 8] [--no-write]
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import sys
 import tempfile
 import time
 
-import jax
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from icrl_jax import cpu_devices  # noqa: E402  (before JAX starts its backend)
+
+cpu_devices.use_one_device_per_core()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
 import envs  # noqa: E402
 from icrl_jax.data.dataset import sample_windows  # noqa: E402
@@ -38,8 +44,8 @@ RESULTS = os.path.join(ROOT, "benchmarks", "RESULTS.md")
 SECTION = "## Hyperparameter sweep throughput"
 
 
-def workload(steps: int):
-    config = get_config("quick")
+def workload(steps: int, preset: str = "quick"):
+    config = get_config(preset)
     config.unlock()
     config.train.num_steps = steps
     config.train.steps_per_call = min(steps, 100)
@@ -80,8 +86,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200, help="updates per assignment")
     ap.add_argument("--replicas", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--preset", default="quick", help="a preset of experiments/ngram/darkroom.py")
     args = ap.parse_args()
-    config, env, data = workload(args.steps)
+    config, env, data = workload(args.steps, args.preset)
     space = S.flatten_space(config.sweep.space)
     rows = []
     load_before = os.getloadavg()[0]
@@ -94,13 +101,16 @@ def main() -> None:
             print(r, flush=True)
     load_after = os.getloadavg()[0]
     lines = [SECTION, "",
-             f"Command: `python benchmarks/bench_sweep.py --steps {args.steps} --replicas "
-             f"{' '.join(map(str, args.replicas))}`. Hardware: {platform.machine()}, "
-             f"{os.cpu_count()} CPU cores (load average {load_before:.1f} before, "
+             f"Command: `python benchmarks/bench_sweep.py --preset {args.preset} --steps "
+             f"{args.steps} --replicas {' '.join(map(str, args.replicas))}`. Hardware: "
+             f"{platform.machine()}, {os.cpu_count()} CPU cores, {len(jax.devices())} XLA CPU "
+             f"devices (load average {load_before:.1f} before, "
              f"{load_after:.1f} after; above ~1 means other jobs shared the cores), "
              f"jax {jax.__version__} CPU, float32. "
-             f"Workload: the n-gram Dark Room `:quick` model (AD + 1-gram layer, d=32, 2 blocks, "
-             f"batch 16, context 100), {args.steps} updates per assignment; rates exclude the "
+             f"Workload: `experiments/ngram/darkroom.py:{args.preset}` (d={config.model.d_model}, "
+             f"{config.model.num_layers} blocks, n-gram layers after {tuple(config.model.ngram_positions)}, "
+             f"batch {config.train.batch_size}, context {config.train.seq_len}) on random "
+             f"Dark-Room-shaped data, {args.steps} updates per assignment; rates exclude the "
              "first call (compilation), timed separately. CPU time is user+system of this "
              "process (less inflated by other jobs than wall time).", "",
              "| K assignments | mode | compile + first run (s) | wall (s) | CPU (s) | "
