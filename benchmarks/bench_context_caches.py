@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 
 SECTION = "## In-context rollouts longer than the context: staggered caches vs the recomputed window"
@@ -62,18 +61,6 @@ def workloads(only: str | None = None):
     return out
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -86,7 +73,7 @@ def main() -> None:
     cpu_devices.use_one_device_per_core()
     import jax
 
-    from results import table_section  # this directory
+    from results import cpu_model, table_section  # this directory
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.methods.in_context import in_context_source
 
@@ -115,7 +102,7 @@ def main() -> None:
             rows.append(f"| {name} | {label} | {seen} | {seconds:.2f} | "
                         f"{env_steps / seconds:,.0f} | {best[0] / seconds:.1f}x |")
     prose = (f"`python benchmarks/bench_context_caches.py --repeats {args.repeats} --caches "
-             f"{' '.join(map(str, args.caches))}` on {cpu_name()}, "
+             f"{' '.join(map(str, args.caches))}` on {cpu_model()}, "
              f"{os.cpu_count()} cores, {len(jax.devices())} CPU devices; load average "
              f"{os.getloadavg()[0]:.1f} at the end. Randomly initialised models of the presets' "
              "shapes, best of the rounds. `steps seen` is how many of its latest steps the model "

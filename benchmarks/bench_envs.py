@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from results import write_section  # benchmarks/results.py (this script's directory)
+from results import cpu_model, write_section  # benchmarks/results.py (this script's directory)
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Environment steps per second"
@@ -109,16 +108,6 @@ def bench_one(name: str, batch: int, steps: int, repeats: int) -> dict:
 def child(name: str, batches: list[int], quick: bool, repeats: int) -> None:
     for b in batches:
         print(json.dumps(bench_one(name, b, steps_for(b, quick), repeats)), flush=True)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def render(rows: list[dict], argv: list[str]) -> str:

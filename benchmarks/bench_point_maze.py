@@ -25,18 +25,9 @@ import os
 import platform
 import time
 
+from results import cpu_model  # this directory
+
 BATCHES = (1, 256, 4096)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def bench_jax(layout: str, batch: int, steps: int, repeats: int = 3) -> float:

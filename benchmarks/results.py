@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
@@ -32,3 +33,15 @@ def table_section(heading: str, prose: str, columns: list[str], rows: list[str],
     if write:
         write_section(heading, section)
     return section
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
