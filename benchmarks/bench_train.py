@@ -273,9 +273,10 @@ def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
                        int(config.d_model))
 
 
-def _measure_experiment(config, calls: int, steps_per_call: int):
+def _measure_experiment(config, calls: int, steps_per_call: int, assignments=None):
     """An experiment config's own model and optimiser, trained on histories of its own source
-    (its first `data.num_train_tasks` tasks), `steps_per_call` steps a jitted call."""
+    (its first `data.num_train_tasks` tasks), `steps_per_call` steps a jitted call; with
+    `assignments`, one vmapped replica per assignment (a sweep's group)."""
     from icrl_jax import run as R
     from icrl_jax.config import finalize
     from icrl_jax.data.histories import generate_histories
@@ -291,11 +292,18 @@ def _measure_experiment(config, calls: int, steps_per_call: int):
     history = generate_histories(env, source, env.task_params(np.arange(tasks)), steps,
                                  jax.random.PRNGKey(0))
     train_data = method.training_data(history, config, env)
-    optimizer = make_optimizer(config.train)
-    seconds, state = _time_calls(lambda _: (method, optimizer), train_data, config.train, calls)
+    if assignments:
+        from icrl_jax.train import replica_builder, replica_hyperparameters
+        build = replica_builder(lambda model: build_method(config, env, model), config)
+        seconds, state = _time_calls(build, train_data, config.train, calls, len(assignments),
+                                     replica_hyperparameters(config, assignments))
+    else:
+        optimizer = make_optimizer(config.train)
+        seconds, state = _time_calls(lambda _: (method, optimizer), train_data, config.train,
+                                     calls)
     return _throughput(seconds, state, steps_per_call, int(config.train.batch_size),
                        int(config.train.seq_len), int(config.model.num_layers),
-                       int(config.model.d_model))
+                       int(config.model.d_model), len(assignments or [None]))
 
 
 def measure_main_job(calls: int, precision="fp32"):
@@ -315,16 +323,9 @@ def measure_sweep_replicas(num_replicas: int, calls: int, precision="fp32"):
     40 goals) with its first `num_replicas` assignments vmapped side by side, as `icrl-jax
     sweep` trains a group; 0 replicas: the first assignment as a single run (`train`'s path)."""
     from experiments.ngram.darkroom import get_config
-    from icrl_jax import run as R
-    from icrl_jax.config import finalize
-    from icrl_jax.data.histories import generate_histories
-    from icrl_jax.data.sources import build_source
-    from icrl_jax.methods import build_method
     from icrl_jax.sweep import flatten_space, sample_assignment
-    from icrl_jax.train import replica_hyperparameters
 
     config = get_config("quick_explorer_goals40_narrow")
-    config.train.steps_per_call = 10
     config.train.compute_dtype = precision
     space = flatten_space(config.sweep.space)
     assignments = [sample_assignment(space, 0, i) for i in range(max(1, num_replicas))]
@@ -332,31 +333,7 @@ def measure_sweep_replicas(num_replicas: int, calls: int, precision="fp32"):
         for key, value in assignments[0].items():
             section, field = key.split(".", 1)
             config[section][field] = value
-    config = finalize(config)
-    env = R.build_env(config)
-    steps, tasks = int(config.data.num_steps), int(config.data.num_train_tasks)
-    source = build_source(config.data.source, env, steps, dict(config.data.source_kwargs))
-    history = generate_histories(env, source, env.task_params(np.arange(tasks)), steps,
-                                 jax.random.PRNGKey(0))
-    train_data = build_method(config, env).training_data(history, config, env)
-    if not num_replicas:
-        method = build_method(config, env)
-        seconds, state = _time_calls(lambda _: (method, make_optimizer(config.train)),
-                                     train_data, config.train, calls)
-    else:
-        from icrl_jax.train import _Mapping
-
-        def build(h):
-            model = _Mapping(config.model.to_dict())
-            model.update({k.split(".", 1)[1]: v for k, v in h.items() if k.startswith("model.")})
-            method = build_method(config, env, model)
-            return method, make_optimizer(config.train, h, method.trainable)
-
-        seconds, state = _time_calls(build, train_data, config.train, calls, num_replicas,
-                                     replica_hyperparameters(config, assignments))
-    return _throughput(seconds, state, 10, int(config.train.batch_size),
-                       int(config.train.seq_len), int(config.model.num_layers),
-                       int(config.model.d_model), max(1, num_replicas))
+    return _measure_experiment(config, calls, 10, assignments if num_replicas else None)
 
 
 def measure_headless_paper(batch: int, calls: int, precision="fp32"):

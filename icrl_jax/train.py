@@ -416,6 +416,17 @@ def replica_hyperparameters(config, assignments: Sequence[dict[str, Any]]) -> di
             for k in REPLICA_HYPERPARAMETERS}
 
 
+def replica_builder(build_method: Callable, config) -> Callable:
+    """`build(hyper) -> (method, optimiser)` of one replica: `build_method(model_config)` on
+    the config's model with its `model.*` hyperparameters replaced by the traced `hyper`."""
+    def build(h):
+        model = _Mapping(config.model.to_dict())
+        model.update({k.split(".", 1)[1]: v for k, v in h.items() if k.startswith("model.")})
+        method = build_method(model)
+        return method, make_optimizer(config.train, h, method.trainable)
+    return build
+
+
 def train_replicas(build_method: Callable, config, data: TrainData, workdir: str,
                    signature: dict[str, Any], seeds: Sequence[int],
                    hyper: dict[str, jax.Array], show_progress: bool = False, cache_key=None,
@@ -428,12 +439,7 @@ def train_replicas(build_method: Callable, config, data: TrainData, workdir: str
     call's metrics per replica (None when no step was left to train). Calls with the same
     `cache_key` (e.g. the group's config, env and data) reuse one compiled program. `stop_at`
     pauses at that step with a checkpoint (a later call resumes), for evaluations in between."""
-    def build(h):
-        model = _Mapping(config.model.to_dict())
-        model.update({k.split(".", 1)[1]: v for k, v in h.items() if k.startswith("model.")})
-        method = build_method(model)
-        return method, make_optimizer(config.train, h, method.trainable)
-
+    build = replica_builder(build_method, config)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     train = ml_collections.ConfigDict(config.train.to_dict())
     # A search logs in whole calls and checkpoints each group once, at its end: it resumes by
@@ -472,5 +478,5 @@ def latest_checkpoint_step(workdir: str) -> int | None:
 
 __all__ = ["TrainState", "TrainingDivergedError", "make_optimizer", "data_mesh",
            "gradient_step", "make_train_steps", "init_state", "train", "train_replicas",
-           "replica_hyperparameters", "restore_params", "latest_checkpoint_step",
+           "replica_builder", "replica_hyperparameters", "restore_params", "latest_checkpoint_step",
            "REPLICA_HYPERPARAMETERS"]

@@ -283,11 +283,11 @@ def in_context_source(method, params, env, context_len: int, greedy: bool,
     context_caches = int(context_caches)
     if context_caches < 0 or context_caches > context_len:
         raise UserError(f"eval.context_caches must be in [0, context length {context_len}], "
-                         f"got {context_caches}")
+                        f"got {context_caches}")
     if context_caches and not method.decodes_incrementally:
         raise UserError(f"eval.context_caches={context_caches} needs a model that decodes from "
-                         f"a cache; {method.name} with this config does not (shuffled n-gram "
-                         "patterns, or no decoder): set eval.context_caches=0")
+                        f"a cache; {method.name} with this config does not (shuffled n-gram "
+                        "patterns, or no decoder): set eval.context_caches=0")
     policy = InContextPolicy(method, env, context_len, bool(greedy), max_steps,
                              checked_temperature(temperature), context_caches)
     return ParamSource(policy, params, name=f"{method.name}_in_context")
