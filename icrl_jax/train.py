@@ -478,5 +478,5 @@ def latest_checkpoint_step(workdir: str) -> int | None:
 
 __all__ = ["TrainState", "TrainingDivergedError", "make_optimizer", "data_mesh",
            "gradient_step", "make_train_steps", "init_state", "train", "train_replicas",
-           "replica_builder", "replica_hyperparameters", "restore_params", "latest_checkpoint_step",
-           "REPLICA_HYPERPARAMETERS"]
+           "replica_builder", "replica_hyperparameters", "restore_params",
+           "latest_checkpoint_step", "REPLICA_HYPERPARAMETERS"]
