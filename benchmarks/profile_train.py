@@ -36,7 +36,9 @@ CATEGORIES = (
     ("layer norms", r"norm"),
     ("step tokens (embeddings)", r"/tokens/"),
     ("action head and loss", r"action_head|cross_entropy|log_softmax|logsumexp"),
-    ("optimiser (AdamW, clipping)", r"adam|clip|scale_by|optax|chain"),
+    # optax's updates are inlined: their operations sit directly in the step's call, outside
+    # the model's scopes (`.../closed_call/div`)
+    ("optimiser (AdamW, clipping)", r"adam|clip|scale_by|optax|chain|/closed_call/[\w\-]+$"),
     ("window sampling", r"sample|dynamic_slice|gather"),
 )
 
