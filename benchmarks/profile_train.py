@@ -28,11 +28,12 @@ from results import table_section
 
 #: (category, pattern in the operation's op_name), first match wins.
 CATEGORIES = (
+    # first, so that attention dropout's masks (`.../attention/Dropout_0/...`) count here
+    ("dropout (random bits, masks)", r"Dropout|bernoulli|threefry|random_bits"),
     ("attention: scores, softmax, weighted sum", r"/attention/(?!qkv|out/)"),
     ("attention: qkv and output projections", r"/attention/(qkv|out)/"),
     ("n-gram layer", r"/ngram_"),
     ("feed-forward (MLP)", r"/mlp"),
-    ("dropout (random bits, masks)", r"Dropout|bernoulli|threefry|random_bits"),
     ("layer norms", r"norm"),
     ("step tokens (embeddings)", r"/tokens/"),
     ("action head and loss", r"action_head|cross_entropy|log_softmax|logsumexp"),
