@@ -2,8 +2,8 @@
 
     python benchmarks/bench_step_ab.py --reference REFERENCE [--rows small,main_job] [--rounds 12]
 
-REFERENCE: attention_backward_einsum, dropout_bits_halves, embeddings_lapack_qr,
-sample_row_then_window, tokens_concat_mix or one_device.
+REFERENCE: attention_backward_einsum, attention_dropout_float_mask, dropout_bits_halves,
+embeddings_lapack_qr, sample_row_then_window, tokens_concat_mix or one_device.
 
 `bench_train.py --old` runs each checkout in its own processes; on these shared cores a
 process's throughput moves by up to 25% between repeats of the same code, more than most changes
@@ -90,6 +90,10 @@ REFERENCES = {
     # (3D, D) product a step).
     "tokens_concat_mix": ("icrl_jax.methods.ad,icrl_jax.methods.headless_ad", "ADStepTokens",
                           _AtCommit("73148c5", "icrl_jax/models/tokens.py", "ADStepTokens")),
+    # Attention dropout's scaled float mask kept for the backward pass (before Dropout.mask).
+    "attention_dropout_float_mask": ("icrl_jax.models.transformer", "MultiHeadAttention",
+                                     _AtCommit("f3225b0", "icrl_jax/models/attention.py",
+                                               "MultiHeadAttention")),
     # The step on one device of this process's one-per-core CPU devices: both share the
     # process's thread pool, so this is the one-device training a plain JAX process runs.
     "one_device": ("bench_train", "data_mesh", _one_device_mesh),

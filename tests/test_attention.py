@@ -89,16 +89,16 @@ def test_prefix_causal_blocks_equal_full_attention(prefix):
 
 
 def test_block_path_applies_attention_dropout_to_every_block():
-    """`dropout` sees each block's weights; an elementwise map that keeps zeros (as dropout
-    does) gives the same result blocked and whole."""
+    """`dropout` draws a mask for each block's weights; a mask that keeps everything, scaled
+    by 2, gives the same result blocked and whole."""
     length = 2 * CAUSAL_QUERY_BLOCK
     q, k, v = jax.random.normal(jax.random.PRNGKey(5), (3, 1, length, 2, 8))
     mask = jnp.tril(jnp.ones((1, 1, length, length), bool))
     seen = []
 
-    def double(weights):
-        seen.append(weights.shape)
-        return 2.0 * weights
+    def double(shape):
+        seen.append(shape)
+        return jnp.ones(shape, bool), jnp.float32(2.0)
     blocked = dot_product_attention(q, k, v, mask, causal_from=0, dropout=double)
     assert seen == [(1, 2, 64, 64), (1, 2, 64, 128)]
     np.testing.assert_allclose(blocked, 2.0 * _reference(q, k, v, mask), atol=1e-5)
@@ -120,21 +120,21 @@ def test_attention_dropout_trains_and_is_off_when_deterministic():
 @pytest.mark.parametrize("causal_from", [None, 0])
 def test_own_backward_pass_equals_autodiff_with_dropout_and_an_empty_row(causal_from):
     """`dot_product_attention`'s hand-written backward pass (flash attention's row term) gives
-    autodiff's gradients of the plain formula, with a dropout-like mask (a fixed 0 / 2 map) and,
+    autodiff's gradients of the plain formula, with a dropout mask (fixed, scale 2) and,
     without the causal path, a query that may attend to nothing (its output and gradients 0)."""
     length = CAUSAL_QUERY_BLOCK + 10
     q, k, v = jax.random.normal(jax.random.PRNGKey(8), (3, 2, length, 3, 8))
     mask = jnp.tril(jnp.ones((1, 1, length, length), bool))
     if causal_from is None:
         mask = mask.at[:, :, 5].set(False)
-    keep = 2.0 * jax.random.bernoulli(jax.random.PRNGKey(9), 0.5, (2, 3, length, length))
+    keep = jax.random.bernoulli(jax.random.PRNGKey(9), 0.5, (2, 3, length, length))
 
-    def dropout(weights):  # a block of queries [hi - rows, hi) over keys [0, hi): its slice
-        rows, hi = weights.shape[2:]
-        return weights * keep[:, :, hi - rows:hi, :hi]
+    def dropout(shape):  # a block of queries [hi - rows, hi) over keys [0, hi): its slice
+        rows, hi = shape[2:]
+        return keep[:, :, hi - rows:hi, :hi], jnp.float32(2.0)
 
     def plain(q, k, v):
-        return attend(attention_weights(q, k, mask) * keep, v)
+        return attend(attention_weights(q, k, mask) * (2.0 * keep), v)
 
     def ours(q, k, v):
         return dot_product_attention(q, k, v, mask, causal_from=causal_from, dropout=dropout)

@@ -75,6 +75,18 @@ def test_keep_fraction_and_mean_are_unbiased(rate):
     assert abs(float(y.mean()) - 1.0) < 5 * sigma * scale
 
 
+def test_mask_method_gives_the_mask_and_scale_that_call_applies():
+    """`Dropout.mask` (what attention keeps for its backward pass) draws the mask `__call__`
+    would draw from the same rng, with the scale of the kept values."""
+    x = jax.random.normal(jax.random.key(1), (4, 7, 33))
+    rngs = {"dropout": jax.random.key(2)}
+    y = Dropout(0.3).apply({}, x, deterministic=False, rngs=rngs)
+    mask, scale = Dropout(0.3).apply({}, x.shape, method="mask", rngs=rngs)
+    assert mask.dtype == jnp.bool_ and mask.shape == x.shape
+    np.testing.assert_allclose(float(scale), LEVELS / round(0.7 * LEVELS), rtol=1e-6)
+    np.testing.assert_array_equal(y, jnp.where(mask, x * scale, 0.0))
+
+
 def test_lanes_are_independent():
     """The two halves of one word decide different elements independently: neighbouring and
     half-apart positions agree no more often than chance."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import flax.linen as nn
@@ -64,14 +63,25 @@ def _cudnn_attention(q, k, v, mask) -> jax.Array | None:
         return None
 
 
+def _dropped(x: jax.Array, keep: tuple[jax.Array, jax.Array] | None) -> jax.Array:
+    """`x` times a dropout mask `keep` = (bool mask of x's shape, scale of the kept values), or
+    `x` where `keep` is None."""
+    if keep is None:
+        return x
+    mask, scale = keep
+    return jnp.where(mask, x * scale.astype(x.dtype), 0.0)
+
+
 @jax.custom_vjp
 def _softmax_attend(q, k, v, bias, keep, rows):
-    """`(softmax(q k^T + bias) * rows * keep) v` on heads-first arrays: q `(B, H, T, Dh)` (scaled),
-    k and v `(B, H, S, Dh)`, additive bias `(B or 1, 1, T, S)`, keep `(B, H, T, S)` (scaled
-    dropout mask) or None, rows `(B or 1, 1, T, 1)` (0 for a query with no allowed key)
-    -> `(B, H, T, Dh)`. Its own backward pass is flash attention's: the softmax's row term is
-    `sum(dO * O)` over Dh instead of a pass over the `(B, H, T, S)` weights, and the dropout
-    mask and the row mask are applied inside the same elementwise pass (`_fused_attention`)."""
+    """`dropped(softmax(q k^T + bias) * rows) v` on heads-first arrays: q `(B, H, T, Dh)`
+    (scaled), k and v `(B, H, S, Dh)`, additive bias `(B or 1, 1, T, S)`, keep: None or dropout's
+    (bool `(B, H, T, S)` mask, float `()` scale of the kept weights) (`_dropped`), rows
+    `(B or 1, 1, T, 1)` (0 for a query with no allowed key) -> `(B, H, T, Dh)`. Its own backward
+    pass is flash attention's: the softmax's row term is `sum(dO * O)` over Dh instead of a pass
+    over the `(B, H, T, S)` weights, and the dropout mask and the row mask are applied inside
+    the same elementwise pass (`_fused_attention`). The backward pass keeps the bool mask, not
+    the scaled float one: a quarter of the bytes, written once and read twice per layer."""
     return _softmax_attend_fwd(q, k, v, bias, keep, rows)[0]
 
 
@@ -79,7 +89,7 @@ def _softmax_attend_fwd(q, k, v, bias, keep, rows):
     logits = jnp.einsum("bhtd,bhsd->bhts", q, k) + bias
     exp = jnp.exp(logits - jnp.max(logits, -1, keepdims=True))
     weights = exp * (rows / jnp.sum(exp, -1, keepdims=True))
-    out = jnp.einsum("bhts,bhsd->bhtd", weights if keep is None else weights * keep, v)
+    out = jnp.einsum("bhts,bhsd->bhtd", _dropped(weights, keep), v)
     return out, (q, k, v, weights, keep, out)
 
 
@@ -102,9 +112,9 @@ def _contract_queries(a, b):
 def _softmax_attend_bwd(residuals, d_out):
     q, k, v, weights, keep, out = residuals
     d_dropped = jnp.einsum("bhtd,bhsd->bhts", d_out, v)
-    d_v = _contract_queries(weights if keep is None else weights * keep, d_out)
+    d_v = _contract_queries(_dropped(weights, keep), d_out)
     row_term = jnp.sum(d_out * out, -1, keepdims=True)  # = sum_s dW * W, without (T, S) work
-    d_logits = weights * ((d_dropped if keep is None else d_dropped * keep) - row_term)
+    d_logits = weights * (_dropped(d_dropped, keep) - row_term)
     d_q = jnp.einsum("bhts,bhsd->bhtd", d_logits, k)
     d_k = _contract_queries(d_logits, q)
     return d_q, d_k, d_v, None, None, None
@@ -116,12 +126,13 @@ _softmax_attend.defvjp(_softmax_attend_fwd, _softmax_attend_bwd)
 def _fused_attention(q, k, v, mask, dropout) -> jax.Array:
     """`attend(dropout(attention_weights(q, k, mask)), v)` through `_softmax_attend`: q
     `(B, T, H, Dh)`, k, v `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, T, H, Dh)`.
-    `dropout` is an elementwise multiplicative map (dropout): it is applied to ones to get its
-    scaled mask. A query with no allowed key gets zero weights, as in `attention_weights`."""
+    `dropout(shape)` draws a dropout mask for weights of `shape` (`Dropout.mask`: bool mask,
+    scale of the kept weights). A query with no allowed key gets zero weights, as in
+    `attention_weights`."""
     scale = jnp.asarray(1.0 / jnp.sqrt(q.shape[-1]), q.dtype)
     q, k, v = heads_first(q * scale), heads_first(k), heads_first(v)
     bias = jnp.where(mask, 0.0, jnp.finfo(q.dtype).min).astype(q.dtype)
-    keep = None if dropout is None else dropout(jnp.ones(q.shape[:3] + k.shape[2:3], q.dtype))
+    keep = None if dropout is None else dropout(q.shape[:3] + k.shape[2:3])
     rows = mask.any(-1, keepdims=True).astype(q.dtype)
     return heads_first(_softmax_attend(q, k, v, bias, keep, rows))
 
@@ -132,7 +143,8 @@ CAUSAL_QUERY_BLOCK = 64
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                           causal_from: int | None = None,
-                          dropout: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
+                          dropout: Callable[[tuple[int, ...]], tuple[jax.Array, jax.Array]]
+                          | None = None) -> jax.Array:
     """softmax(q k^T / sqrt(Dh)) v over the keys `mask` allows: q `(B, T, H, Dh)`, k and v
     `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, T, H, Dh)`, through cuDNN where
     `attention_implementation` picks it (a configuration cuDNN rejects falls back), else
@@ -146,9 +158,10 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     less attention work and smaller score tensors (the quick model's step 1.2x on a CPU:
     benchmarks/RESULTS.md).
 
-    `dropout`: attention dropout, an elementwise multiplicative map of `(B, H, T', S')` weights
-    (its mask is drawn per block; the keys a block skips have weight 0 with or without it), so
-    it also skips a causal mask's share of the random bits.
+    `dropout`: attention dropout, `shape -> (bool keep mask, scale of the kept weights)` for
+    `(B, H, T', S')` weights (`Dropout.mask`). Its mask is drawn per block (the keys a block
+    skips have weight 0 with or without it), so it also skips a causal mask's share of the
+    random bits.
     """
     fused = _cudnn_attention(q, k, v, mask) if dropout is None else None
     if fused is not None:
@@ -249,14 +262,15 @@ class MultiHeadAttention(nn.Module):
 
         dropout = None
         if self.dropout_rate > 0.0 and not deterministic:
-            dropout = functools.partial(Dropout(self.dropout_rate), deterministic=False)
+            dropout = Dropout(self.dropout_rate)
         if return_weights:
             weights = attention_weights(q, k, mask)
-            out = attend(weights if dropout is None else dropout(weights), v)
+            out = attend(weights if dropout is None else dropout(weights, deterministic=False), v)
         else:
             weights = None
             out = dot_product_attention(q, k, v, mask,
-                                        None if kv_cache is not None else causal_from, dropout)
+                                        None if kv_cache is not None else causal_from,
+                                        None if dropout is None else dropout.mask)
         if self.mixture:
             gates = jax.nn.softmax(nn.Dense(self.num_heads, kernel_init=nn.initializers.zeros,
                                             name="gate")(x).astype(jnp.float32), axis=-1)

@@ -104,7 +104,13 @@ class Dropout(nn.Module):
             return x
         if static and self.rate == 1.0:
             return jnp.zeros_like(x)
-        mask, kept = keep_mask(self.make_rng("dropout"), 1.0 - self.rate, x.shape)
+        mask, scale = self.mask(x.shape)
+        return jax.lax.select(mask, x * scale.astype(x.dtype), jnp.zeros_like(x))
+
+    def mask(self, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+        """The next mask `__call__` would draw for an input of `shape`: bool `shape`, True where
+        kept, and the kept values' scale (float32 `()`). For a caller that keeps the mask (1
+        byte an element) instead of the scaled one (attention's backward pass)."""
+        mask, kept = keep_mask(self.make_rng("dropout"), 1.0 - self.rate, shape)
         # A rate of 1 (traced) keeps nothing: the select drops the 1/0 scale with the values.
-        scale = (1.0 / jnp.maximum(kept, 1.0 / LEVELS)).astype(x.dtype)
-        return jax.lax.select(mask, x * scale, jnp.zeros_like(x))
+        return mask, 1.0 / jnp.maximum(kept, 1.0 / LEVELS)
