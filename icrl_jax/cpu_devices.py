@@ -6,8 +6,9 @@ runs the whole step on its share, and XLA adds one all-reduce of the gradients p
 model is the same (up to float rounding in the gradient sum). Measured in one process against
 one device (`benchmarks/RESULTS.md`, "One CPU device per core"): the 2x64 quick models'
 step 1.22-1.28x, medium 1.16x, GPT-DT quick 1.01-1.06x, and Headless-AD at paper scale, batch 4,
-0.77-0.93x (set `ICRL_JAX_CPU_DEVICES=1` for that one). Our reading, not verified: the small
-operations of the quick models gain most from not being split over the cores one by one.
+1.00x since its attention dropout keeps a bool mask (0.77-0.93x before). Our reading, not
+verified: the small operations of the quick models gain most from not being split over the
+cores one by one.
 The gradient all-reduce costs per parameter leaf, not per byte, on CPU devices (about 2 ms of
 the small model's 26 ms step; `benchmarks/bench_collectives.py`).
 Evaluation rollouts and generated histories are sharded over the same devices.
