@@ -3,6 +3,17 @@ and the `quick` preset (a small model, a 100-step context of two episodes, a sho
 whose assignments train as vmapped replicas)."""
 
 from experiments.ad.grid_common import q_learning_grid_config
+from icrl_jax.search_space import nested_space
+
+#: The better part of Table 2's ranges, around the quick recipes' own hyperparameters (a CPU
+#: budget of 2,000-3,000 updates leaves most of Table 2's full ranges far from the source).
+NARROW_SPACE = nested_space({
+    "train.learning_rate": dict(log_uniform=(1e-3, 1e-2)),
+    "train.weight_decay": dict(log_uniform=(1e-7, 2e-2)),
+    "model.embedding_dropout": dict(uniform=(0.0, 0.3)),
+    "model.residual_dropout": dict(uniform=(0.0, 0.2)),
+    "model.label_smoothing": dict(uniform=(0.0, 0.2)),
+})
 
 
 def grid_sweep_config(experiment: str, env_name: str, *, num_train_tasks: int,

@@ -44,7 +44,7 @@ source at these budgets, so they do not test the paper's near-optimal claim.
 
 from icrl_jax.config import apply_preset
 from experiments.ad.darkroom import PRESETS as AD_DARKROOM_PRESETS
-from experiments.ngram.common import grid_sweep_config, quick_preset
+from experiments.ngram.common import NARROW_SPACE, grid_sweep_config, quick_preset
 from icrl_jax.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
 
 AD_BASELINE = {"model.ngram_positions": (), "sweep.space": nested_space(table2_space(ngram=False))}
@@ -73,13 +73,6 @@ def quick_space(ngram: bool) -> dict:
 
 #: `quick_narrow`: the quick search confined to the better part of Table 2's ranges (the
 #: upper decade of learning rates, light regularisation), subsample 4, 3000 updates, 8 assignments.
-NARROW_SPACE = nested_space({
-    "train.learning_rate": dict(log_uniform=(1e-3, 1e-2)),
-    "train.weight_decay": dict(log_uniform=(1e-7, 2e-2)),
-    "model.embedding_dropout": dict(uniform=(0.0, 0.3)),
-    "model.residual_dropout": dict(uniform=(0.0, 0.2)),
-    "model.label_smoothing": dict(uniform=(0.0, 0.2)),
-})
 QUICK_NARROW = dict(QUICK, **{"data.subsample": 4, "train.num_steps": 3000,
                               "sweep.num_assignments": 8, "sweep.space": NARROW_SPACE})
 

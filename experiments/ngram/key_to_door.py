@@ -11,11 +11,13 @@ tiny model, 400 updates, shape-preserving hyperparameters only, one vmapped prog
 goals, the 1-gram layer reading the latest match; `_ad` without it), 8 assignments of Table 2's
 shape-preserving hyperparameters as one vmapped program per method (assignment i is the same
 draw for both). Measured (README): EMP at 8 n-gram 0.51 +- 0.04 vs AD 0.54 +- 0.08, optimal 2.0.
+`quick_explorer_centre_lapse_narrow[_ad]`: the centre-start, lapsing explorer's recipe searched
+in `NARROW_SPACE`, 8 assignments in one program.
 """
 
 from icrl_jax.config import apply_preset
 from experiments.ad.key_to_door import PRESETS as AD_KEY_TO_DOOR_PRESETS
-from experiments.ngram.common import grid_sweep_config, quick_preset
+from experiments.ngram.common import NARROW_SPACE, grid_sweep_config, quick_preset
 from icrl_jax.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
 
 
@@ -32,6 +34,16 @@ QUICK_EXPLORER = dict(AD_KEY_TO_DOOR_PRESETS["quick_explorer"], **{
     "sweep.space": vmappable_space(table2_space(ngram=True)),
 })
 
+#: The same search in `NARROW_SPACE` on the centre-start, lapsing grid explorer's histories
+#: (`ad/key_to_door.py:quick_explorer_centre_lapse`, where a single run of either model learns
+#: in context on held-out goals).
+QUICK_CENTRE_LAPSE_NARROW = dict(AD_KEY_TO_DOOR_PRESETS["quick_explorer_centre_lapse"], **{
+    "data.subsample": 1,
+    "sweep.num_assignments": 8,
+    "sweep.max_replicas": 8,
+    "sweep.space": NARROW_SPACE,
+})
+
 PRESETS = {
     "ad": {"model.ngram_positions": (), "sweep.space": nested_space(table2_space(ngram=False))},
     "quick": dict(QUICK, **{"sweep.space": vmappable_space(table2_space(True))}),
@@ -39,6 +51,9 @@ PRESETS = {
                              "sweep.space": vmappable_space(table2_space(False))}),
     "quick_explorer": dict(QUICK_EXPLORER),
     "quick_explorer_ad": dict(QUICK_EXPLORER, **{"model.ngram_positions": ()}),
+    "quick_explorer_centre_lapse_narrow": dict(QUICK_CENTRE_LAPSE_NARROW),
+    "quick_explorer_centre_lapse_narrow_ad": dict(QUICK_CENTRE_LAPSE_NARROW,
+                                                  **{"model.ngram_positions": ()}),
 }
 
 
