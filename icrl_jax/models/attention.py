@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.models.dropout import Dropout
+from icrl_jax.models.dropout import Dropout, apply_keep_mask
 
 
 def attention_implementation(query: jax.Array) -> str:
@@ -66,10 +66,7 @@ def _cudnn_attention(q, k, v, mask) -> jax.Array | None:
 def _dropped(x: jax.Array, keep: tuple[jax.Array, jax.Array] | None) -> jax.Array:
     """`x` times a dropout mask `keep` = (bool mask of x's shape, scale of the kept values), or
     `x` where `keep` is None."""
-    if keep is None:
-        return x
-    mask, scale = keep
-    return jnp.where(mask, x * scale.astype(x.dtype), 0.0)
+    return x if keep is None else apply_keep_mask(x, *keep)
 
 
 @jax.custom_vjp

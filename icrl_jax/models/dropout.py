@@ -90,6 +90,11 @@ def keep_mask(key: jax.Array, keep: float | jax.Array, shape: tuple[int, ...]
     return mask, threshold.astype(jnp.float32) / LEVELS
 
 
+def apply_keep_mask(x: jax.Array, mask: jax.Array, scale: jax.Array) -> jax.Array:
+    """`x` scaled by `scale` where the bool `mask` keeps it, else 0 (`Dropout.mask`'s pair)."""
+    return jnp.where(mask, x * scale.astype(x.dtype), jnp.zeros((), x.dtype))
+
+
 class Dropout(nn.Module):
     """Inverted dropout at `rate` (`nn.Dropout`'s interface and "dropout" rng collection), with
     `keep_mask`'s masks. `rate` may be traced (a hyperparameter vmapped over replicas): then a
@@ -104,8 +109,7 @@ class Dropout(nn.Module):
             return x
         if static and self.rate == 1.0:
             return jnp.zeros_like(x)
-        mask, scale = self.mask(x.shape)
-        return jax.lax.select(mask, x * scale.astype(x.dtype), jnp.zeros_like(x))
+        return apply_keep_mask(x, *self.mask(x.shape))
 
     def mask(self, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
         """The next mask `__call__` would draw for an input of `shape`: bool `shape`, True where
