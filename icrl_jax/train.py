@@ -199,7 +199,8 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
 def state_sharding(mesh: Mesh, replicas: bool = False, num_replicas: int = 0) -> NamedSharding:
     """Where a training state lives: replicated on every device; K replicas split over the
     devices when K divides over them (each device trains its own replicas, no communication),
-    else replicated."""
+    else replicated. (Splitting one model's optimiser state over the devices, ZeRO stage 1, was
+    slower on CPU devices: benchmarks/RESULTS.md.)"""
     if replicas and num_replicas and num_replicas % mesh.devices.size == 0:
         return NamedSharding(mesh, P("data"))
     return NamedSharding(mesh, P())
