@@ -2,8 +2,8 @@
 
     python benchmarks/bench_step_ab.py --reference REFERENCE [--rows small,main_job] [--rounds 12]
 
-REFERENCE: attention_backward_einsum, attention_dropout_float_mask, dropout_bits_halves,
-embeddings_lapack_qr, sample_row_then_window, tokens_concat_mix or one_device.
+REFERENCE: attention_backward_einsum, attention_dropout_float_mask, dense_plain_dot_general,
+dropout_bits_halves, embeddings_lapack_qr, sample_row_then_window, tokens_concat_mix or one_device.
 
 `bench_train.py --old` runs each checkout in its own processes; on these shared cores a
 process's throughput moves by up to 25% between repeats of the same code, more than most changes
@@ -94,6 +94,10 @@ REFERENCES = {
     "attention_dropout_float_mask": ("icrl_jax.models.transformer", "MultiHeadAttention",
                                      _AtCommit("f3225b0", "icrl_jax/models/attention.py",
                                                "MultiHeadAttention")),
+    # Dense layers through `jax.lax.dot_general`, XLA choosing the kernel gradient's transpose
+    # (before `matmul.dense_dot_general`).
+    "dense_plain_dot_general": ("icrl_jax.models.transformer,icrl_jax.models.attention",
+                                "dense_dot_general", jax.lax.dot_general),
     # The step on one device of this process's one-per-core CPU devices: both share the
     # process's thread pool, so this is the one-device training a plain JAX process runs.
     "one_device": ("bench_train", "data_mesh", _one_device_mesh),

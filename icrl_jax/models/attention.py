@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax.models.dropout import Dropout, apply_keep_mask
+from icrl_jax.models.matmul import contract_tokens, dense_dot_general
 
 
 def attention_implementation(query: jax.Array) -> str:
@@ -90,20 +91,8 @@ def _softmax_attend_fwd(q, k, v, bias, keep, rows):
     return out, (q, k, v, weights, keep, out)
 
 
-def _contract_queries(a, b):
-    """`sum_t a[..., t, s] b[..., t, d]` -> `(..., s, d)` for `(..., T, S)` weights `a` and
-    `(..., T, Dh)` `b`, computed as `(b^T a)^T`.
-
-    Written directly, this product contracts the major axis of both operands, which XLA's CPU
-    backend runs in a generic matmul about 2x slower than its fast kernels. Transposing the
-    narrow `b` instead (T x Dh, not T x S) gives a plain `(Dh, T) x (T, S)` product there; the
-    barriers stop XLA's simplifier from folding the two small transposes back into the
-    product. Other backends take the product as written (their matmuls read transposed
-    operands in place)."""
-    if jax.default_backend() != "cpu":
-        return jnp.einsum("...ts,...td->...sd", a, b)
-    b_t = jax.lax.optimization_barrier(jnp.swapaxes(b, -1, -2))
-    return jnp.swapaxes(jax.lax.optimization_barrier(jnp.matmul(b_t, a)), -1, -2)
+#: dK and dV sum over the queries, the major axis of both operands (`matmul.contract_tokens`).
+_contract_queries = contract_tokens
 
 
 def _softmax_attend_bwd(residuals, d_out):
@@ -244,7 +233,8 @@ class MultiHeadAttention(nn.Module):
         if d_model % self.num_heads:
             raise ValueError(f"model width {d_model} is not divisible by num_heads={self.num_heads}")
         head_dim = d_model // self.num_heads
-        qkv = nn.DenseGeneral((3, self.num_heads, head_dim), name="qkv")(x)
+        qkv = nn.DenseGeneral((3, self.num_heads, head_dim), dot_general=dense_dot_general,
+                              name="qkv")(x)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (B, T, H, Dh)
         if self.normalize_qk:
             q = nn.LayerNorm(name="q_norm")(q)
@@ -275,7 +265,8 @@ class MultiHeadAttention(nn.Module):
             out = out * (self.num_heads * gates).astype(out.dtype)[..., None]
         if head_scale is not None:
             out = out * head_scale.astype(out.dtype)[:, None]
-        out = nn.DenseGeneral(d_model, axis=(-2, -1), name="out")(out)
+        out = nn.DenseGeneral(d_model, axis=(-2, -1), dot_general=dense_dot_general,
+                              name="out")(out)
         outputs = (out, weights) if return_weights else (out,)
         if kv_cache is not None:
             outputs = outputs + ((k, v),)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from icrl_jax.models.attention import MultiHeadAttention
 from icrl_jax.models.dropout import Dropout
+from icrl_jax.models.matmul import dense_dot_general
 from icrl_jax.models.ngram import NGramLayer, ngram_weights
 from icrl_jax.config import default_transformer_config  # noqa: F401 (re-export)
 
@@ -73,8 +74,9 @@ class Block(nn.Module):
         dropout = Dropout(self.residual_dropout)
         norm1 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm1")
         norm2 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm2")
-        mlp = nn.Sequential([nn.Dense(self.mlp_ratio * x.shape[-1]), ACTIVATIONS[self.activation],
-                             nn.Dense(x.shape[-1])], name="mlp")
+        mlp = nn.Sequential([nn.Dense(self.mlp_ratio * x.shape[-1], dot_general=dense_dot_general),
+                             ACTIVATIONS[self.activation],
+                             nn.Dense(x.shape[-1], dot_general=dense_dot_general)], name="mlp")
 
         h = norm1(x) if self.pre_norm else x
         attended = attention(h, mask, positions, deterministic, return_weights, kv_cache,
