@@ -11,7 +11,8 @@
   ablations and AD baselines side by side).
 * sweep: with --config, the random hyperparameter search of `config.sweep` (resuming: finished
   assignments are skipped), results and EMP in the workdir; with --runs DIR (repeatable) and --out
-  DIR, only plot the EMP of several finished sweeps together (labels: --labels, repeatable).
+  DIR, only plot the EMP of several finished sweeps together (labels: --labels, repeatable);
+  `--runs A,B,C` pools one method's repeated searches (other seeds) into one curve.
 
 * pretrain-lm: with a language-model config (experiments/gpt_dtma/lm.py), next-byte pretraining
   of a small GPT-2 on text, written in Hugging Face format to `<workdir>/hf/`.

@@ -17,7 +17,8 @@ the dataset, so it also makes its own groups; each value's dataset is built once
 Every finished assignment is appended to `<workdir>/results.jsonl`; a rerun skips the indices
 already there (and refuses a file written by a different search space). `emp.json`/`emp.png`
 hold the Expected Maximum Performance curve (`metrics.expected_max_performance`);
-`compare_sweeps` plots several sweeps (methods) together.
+`compare_sweeps` plots several sweeps (methods) together; a method's repeated searches (other
+seeds) can be pooled into one curve (`pooled_workdirs`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from icrl_jax.data.builders import open_dataset, task_split
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.data.sources import build_source, uniform_random
 from icrl_jax.data.train_data import TrainData
+from icrl_jax.errors import UserError
 from icrl_jax.methods import build_method
 from icrl_jax.search_space import (DISTRIBUTIONS, VMAPPED, add_sweep_fields,  # noqa: F401
                                    flatten_space, nested_space, table2_space, unflatten,
@@ -313,15 +315,47 @@ def optimal_return_of(workdir: str) -> float | None:
     return float(np.mean(np.asarray(jax.vmap(env.optimal_return)(params))))
 
 
+#: Keys in which repeated searches of one method may differ and still be pooled (`emp_of`).
+POOLED_SEEDS = ("seed", "sweep.seed")
+
+
+def pooled_workdirs(workdirs: str) -> list[str]:
+    """A sweep's workdir, or several joined by commas: repeated searches of one method (other
+    histories and assignments, the same config otherwise), whose assignments `emp_of` pools.
+    Raises a `UserError` naming the keys in which they differ beyond `POOLED_SEEDS`."""
+    dirs = [w for w in workdirs.split(",") if w]
+    configs = []
+    for w in dirs:
+        path = os.path.join(w, "sweep_config.json")
+        if not os.path.exists(path):
+            raise UserError(f"{w} holds no sweep (no sweep_config.json)")
+        with open(path) as f:
+            configs.append({k: v for k, v in json.load(f).items() if k not in POOLED_SEEDS})
+    for w, config in zip(dirs[1:], configs[1:]):
+        diff = sorted(k for k in set(config) | set(configs[0])
+                      if config.get(k) != configs[0].get(k))
+        if diff:
+            raise UserError(f"cannot pool {w} with {dirs[0]}: their sweeps differ in "
+                            f"{', '.join(diff)} (only {', '.join(POOLED_SEEDS)} may)")
+    return dirs
+
+
 def emp_of(workdir: str, score: str = "model_last_episode_return") -> dict[str, Any]:
-    results = sorted(read_results(workdir), key=lambda r: r["index"])
+    """EMP of one sweep's assignments; `workdir` may join several repeated searches of one
+    method with commas (`pooled_workdirs`): their assignments are pooled, and the source's
+    final return is the mean of theirs."""
+    dirs = pooled_workdirs(workdir) if "," in workdir else [workdir]
+    per_sweep = [sorted(read_results(w), key=lambda r: r["index"]) for w in dirs]
+    results = [r for rs in per_sweep for r in rs]
     scores = np.asarray([r[score] for r in results], np.float64)
     mean, std = M.expected_max_performance(scores)
-    source = results[0].get("source_last_episode_return") if results else None
-    optimal = optimal_return_of(workdir) if score == "model_last_episode_return" else None
+    sources = [rs[0].get("source_last_episode_return") for rs in per_sweep if rs]
+    source = float(np.mean(sources)) if sources and None not in sources else None
+    optimal = optimal_return_of(dirs[0]) if score == "model_last_episode_return" else None
     return dict(score=score, num_assignments=len(scores), scores=scores.tolist(),
                 emp_mean=mean.tolist(), emp_std=std.tolist(), best=float(scores.max()),
-                source_last_episode_return=source, optimal_last_episode_return=optimal)
+                source_last_episode_return=source, optimal_last_episode_return=optimal,
+                **({"pooled": dirs} if len(dirs) > 1 else {}))
 
 
 def write_emp(workdir: str, score: str = "model_last_episode_return") -> dict[str, Any]:
@@ -372,6 +406,13 @@ def plot_emp(curves: dict[str, dict[str, Any]], path: str,
     plt.close(fig)
 
 
+def _label(workdir: str) -> str:
+    """A sweep's default legend label: its directory's name (the first of pooled searches)."""
+    dirs = [w for w in workdir.split(",") if w]
+    name = os.path.basename(os.path.normpath(dirs[0]))
+    return name if len(dirs) == 1 else f"{name} ({len(dirs)} searches pooled)"
+
+
 def compare_sweeps(workdirs: Sequence[str], out: str, labels: Sequence[str] | None = None,
                    score: str = "model_last_episode_return",
                    near_optimal: float = 0.9,
@@ -379,9 +420,11 @@ def compare_sweeps(workdirs: Sequence[str], out: str, labels: Sequence[str] | No
     """EMP of several sweeps in one plot (`emp_compare.png`) and `emp_compare.json`, with the
     number of assignments each needs for an EMP of `near_optimal` x the source's final return
     (and of each of `fractions` x it, in `assignments_to_fraction_of_source`, and x the optimal
-    return where the env defines one, in `assignments_to_fraction_of_optimal`; None: never)."""
+    return where the env defines one, in `assignments_to_fraction_of_optimal`; None: never).
+    A workdir may join a method's repeated searches with commas, pooled into one curve
+    (`emp_of`)."""
     os.makedirs(out, exist_ok=True)
-    labels = list(labels or [os.path.basename(os.path.normpath(w)) for w in workdirs])
+    labels = list(labels or [_label(w) for w in workdirs])
     curves = {label: emp_of(w, score) for label, w in zip(labels, workdirs)}
     source = next((c["source_last_episode_return"] for c in curves.values()
                    if c["source_last_episode_return"] is not None), None)

@@ -12,6 +12,7 @@ from icrl_jax import sweep as S
 from icrl_jax.config import base_config
 from icrl_jax.data.dataset import sample_windows, to_step_windows
 from icrl_jax.data.train_data import on_device
+from icrl_jax.errors import UserError
 from icrl_jax.data.history import History, HistoryFormatError
 
 
@@ -148,6 +149,23 @@ def test_sweep_writes_results_and_resumes(tmp_path):
     fractions = summary["methods"]["a"]["assignments_to_fraction_of_optimal"]
     assert fractions["0.8"] == M.assignments_to_reach(emp["scores"], 0.8 * optimal)
     assert (tmp_path / "cmp" / "emp_compare.png").exists()
+    # A repeated search (another seed) pools with it into one curve; another budget does not.
+    other = tmp_path / "sweep_seed1"
+    other.mkdir()
+    saved = json.loads((tmp_path / "sweep" / "sweep_config.json").read_text())
+    (other / "sweep_config.json").write_text(json.dumps(dict(saved, seed=1)))
+    (other / "results.jsonl").write_text("\n".join(
+        json.dumps(dict(json.loads(x), source_last_episode_return=source + 1.0)) for x in lines))
+    pooled = S.emp_of(f"{tmp_path / 'sweep'},{other}")
+    assert pooled["scores"] == emp["scores"] * 2
+    np.testing.assert_allclose(pooled["emp_mean"], M.expected_max_performance(emp["scores"] * 2)[0])
+    assert pooled["source_last_episode_return"] == pytest.approx(source + 0.5)
+    summary = S.compare_sweeps([f"{tmp_path / 'sweep'},{other}"], str(tmp_path / "cmp2"))
+    assert list(summary["methods"]) == ["sweep (2 searches pooled)"]
+    (other / "sweep_config.json").write_text(json.dumps(dict(saved, seed=1, **{
+        "train.num_steps": 3})))
+    with pytest.raises(UserError, match="differ in train.num_steps"):
+        S.emp_of(f"{tmp_path / 'sweep'},{other}")
 
 
 def test_subsample_is_searched_as_its_own_groups(tmp_path):
