@@ -373,7 +373,10 @@ def _references(emp: dict[str, Any]) -> dict[str, float]:
     the optimal return, where known."""
     labels = {"source_last_episode_return": "source (final episode)",
               "optimal_last_episode_return": "optimal"}
-    return {label: emp[key] for key, label in labels.items() if emp.get(key) is not None}
+    out = {label: emp[key] for key, label in labels.items() if emp.get(key) is not None}
+    if "optimal" in out:  # the n-gram paper's (Fig. 6) and issue 19's near-optimal line
+        out["80% of optimal"] = 0.8 * out["optimal"]
+    return out
 
 
 def plot_emp(curves: dict[str, dict[str, Any]], path: str,
@@ -391,8 +394,9 @@ def plot_emp(curves: dict[str, dict[str, Any]], path: str,
         n = np.arange(1, len(mean) + 1)
         ax.plot(n, mean, label=label)
         ax.fill_between(n, mean - std, mean + std, alpha=0.2)
-    for (label, value), colour in zip((references or {}).items(), ("k", "tab:gray")):
-        ax.axhline(value, color=colour, ls="--", lw=1, label=label)
+    for (label, value), (colour, style) in zip((references or {}).items(),
+                                               (("k", "--"), ("tab:gray", "--"), ("tab:gray", ":"))):
+        ax.axhline(value, color=colour, ls=style, lw=1, label=label)
     ax.set_xscale("log")
     longest = max(len(emp["emp_mean"]) for emp in curves.values())
     ax.set_xticks([n for n in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if n <= longest])
