@@ -324,6 +324,8 @@ def pooled_workdirs(workdirs: str) -> list[str]:
     histories and assignments, the same config otherwise), whose assignments `emp_of` pools.
     Raises a `UserError` naming the keys in which they differ beyond `POOLED_SEEDS`."""
     dirs = [w for w in workdirs.split(",") if w]
+    if len(dirs) == 1:
+        return dirs
     configs = []
     for w in dirs:
         path = os.path.join(w, "sweep_config.json")
@@ -344,7 +346,7 @@ def emp_of(workdir: str, score: str = "model_last_episode_return") -> dict[str, 
     """EMP of one sweep's assignments; `workdir` may join several repeated searches of one
     method with commas (`pooled_workdirs`): their assignments are pooled, and the source's
     final return is the mean of theirs."""
-    dirs = pooled_workdirs(workdir) if "," in workdir else [workdir]
+    dirs = pooled_workdirs(workdir)
     per_sweep = [sorted(read_results(w), key=lambda r: r["index"]) for w in dirs]
     results = [r for rs in per_sweep for r in rs]
     scores = np.asarray([r[score] for r in results], np.float64)
@@ -412,7 +414,7 @@ def plot_emp(curves: dict[str, dict[str, Any]], path: str,
 
 def _label(workdir: str) -> str:
     """A sweep's default legend label: its directory's name (the first of pooled searches)."""
-    dirs = [w for w in workdir.split(",") if w]
+    dirs = pooled_workdirs(workdir)
     name = os.path.basename(os.path.normpath(dirs[0]))
     return name if len(dirs) == 1 else f"{name} ({len(dirs)} searches pooled)"
 
