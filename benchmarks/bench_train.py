@@ -473,7 +473,10 @@ def main():
     peak = next((v for k, v in peaks.items() if k in kind), None)
     peak_source = "datasheet dense peak"
     if device.platform == "cpu":  # measured in this process, just before the models
-        peak, peak_source = matmul_peak(), "a jitted 4096x4096 float32 matmul, measured here"
+        # The dtype the model's products run in: bf16 compute multiplies bf16 by bf16.
+        bf16 = args.precision == "bf16"
+        peak = matmul_peak(dtype=jax.numpy.bfloat16 if bf16 else np.float32)
+        peak_source = f"a jitted 4096x4096 {'bfloat16' if bf16 else 'float32'} matmul, measured here"
         print(f"CPU matmul peak: {peak / 1e9:.1f} GFLOP/s", flush=True)
     rows = []
     for name, (layers, d, heads, batch, context) in SIZES.items():

@@ -48,6 +48,18 @@ for _base, _lapse in (("quick_explorer", "quick_explorer_lapse"),
         PRESETS[_lapse + _suffix] = dict(PRESETS[_base + _suffix], **{
             "data.source_kwargs": {"eps": 0.1, "memory": 100, "lapse": 0.2}})
 
+# Issue 19 part 3 with the paper's own data (App. F: Q-learning histories of 200 episodes, 100
+# training goals, `subsample` 10 of Table 2's values) and the small CPU model for 30K updates of
+# batch 64 (about 45 min on 2 cores): `qlearning_cpu` is AD + n-gram, `qlearning_cpu_ad` plain AD.
+PRESETS["qlearning_cpu"] = {
+    "model.d_model": 64, "model.num_layers": 2, "model.num_heads": 4, "model.max_len": 200,
+    "model.grid_observations": True, "model.ngram_positions": (1,), "model.ngram_latest": True,
+    "train.num_steps": 30_000, "train.batch_size": 64, "train.seq_len": 200,
+    "train.learning_rate": 1e-3, "train.warmup_steps": 500, "train.steps_per_call": 50,
+    "train.checkpoint_every": 5000, "data.subsample": 10, "eval.temperature": 0.7,
+}
+PRESETS["qlearning_cpu_ad"] = dict(PRESETS["qlearning_cpu"], **{"model.ngram_positions": ()})
+
 
 def get_config(preset: str = ""):
     config = grid_config("ad_key_to_door", "key_to_door")
