@@ -6,8 +6,8 @@ into bf16. The CPU's bf16 instructions (AVX512-BF16) accumulate in float32, so a
 asks for a float32 result (`preferred_element_type`) is the one they serve. This script times,
 per shape, a jitted float32 product against the same product with its float32 operands cast to
 bf16 inside the jitted function (the cast counted), once with a float32 result and once with a
-bf16 one. Token-major operands are split over the CPU devices along the tokens, as `train`
-splits a batch (one device per core, `icrl_jax.cpu_devices`).
+bf16 one. Every product runs on the first of the CPU devices `icrl-jax` makes (one per core,
+`icrl_jax.cpu_devices`), at one device's share of a training batch: what each core runs.
 
     python benchmarks/bench_bf16_products.py [--write]
 """
@@ -27,20 +27,19 @@ use_one_device_per_core()
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from results import cpu_model, table_section  # noqa: E402
 
-#: (what, tokens, K, M, token axis): `(tokens, K) @ (K, M)`, or for "kernel gradient" rows the
-#: sum over tokens `(tokens, K)^T (tokens, M)`; tokens are global (split over the devices).
+#: (what, tokens, K, M, kind): `(tokens, K) @ (K, M)`, or for "contract" rows the sum over
+#: tokens `(tokens, K)^T (tokens, M)` (a kernel gradient); tokens per device (half a batch).
 SHAPES = (
-    ("small model: feed-forward in", 6400, 64, 256, "rows"),
-    ("small model: feed-forward out", 6400, 256, 64, "rows"),
-    ("small model: qkv", 6400, 64, 192, "rows"),
-    ("small model: feed-forward kernel gradient", 6400, 64, 256, "contract"),
-    ("Headless-AD paper scale: feed-forward in", 1200, 512, 2048, "rows"),
-    ("Headless-AD paper scale: qkv", 1200, 512, 1536, "rows"),
-    ("peak: 4096 x 4096, one device", 4096, 4096, 4096, "one"),
+    ("small model: feed-forward in", 3200, 64, 256, "rows"),
+    ("small model: feed-forward out", 3200, 256, 64, "rows"),
+    ("small model: qkv", 3200, 64, 192, "rows"),
+    ("small model: feed-forward kernel gradient", 3200, 64, 256, "contract"),
+    ("Headless-AD paper scale: feed-forward in", 600, 512, 2048, "rows"),
+    ("Headless-AD paper scale: qkv", 600, 512, 1536, "rows"),
+    ("4096 x 4096 (`bench_train.py`'s peak)", 4096, 4096, 4096, "rows"),
 )
 
 
@@ -79,14 +78,8 @@ def main():
     for what, tokens, k, m, kind in SHAPES:
         a = rng.standard_normal((tokens, k)).astype(np.float32)
         b = rng.standard_normal((tokens if kind == "contract" else k, m)).astype(np.float32)
-        if kind == "one":
-            a, b = jax.device_put(a, devices[0]), jax.device_put(b, devices[0])
-        else:
-            mesh = Mesh(np.array(devices), ("data",))
-            split = NamedSharding(mesh, P("data"))
-            a = jax.device_put(a, split)
-            b = jax.device_put(b, split if kind == "contract" else NamedSharding(mesh, P()))
-        calls = 3 if kind == "one" else 50
+        a, b = jax.device_put(a, devices[0]), jax.device_put(b, devices[0])
+        calls = 3 if tokens == 4096 else 50
         seconds = [_time(products(kind, dtype), a, b, calls=calls)
                    for dtype in (None, jnp.float32, jnp.bfloat16)]
         flops = 2 * tokens * k * m
@@ -96,8 +89,8 @@ def main():
     prose = (f"Command: `python benchmarks/bench_bf16_products.py --write`. Host CPU {cpu_model()}, "
              f"{len(devices)} CPU devices (one per core). Each product jitted alone; the bf16 "
              "columns cast the float32 operands inside the jitted function (the cast is "
-             "counted); token-major operands split over the devices along the tokens (the "
-             "4096 product: one device, all cores). GFLOP/s = 2·tokens·K·M / best time of 5 "
+             "counted); every product on the first device, at one device's share of a batch. "
+             "GFLOP/s = 2·tokens·K·M / best time of 5 "
              "runs; ratios are float32 time over bf16 time (above 1: bf16 faster).")
     table_section("## float32 vs bfloat16 products on the CPU", prose,
                   ["product", "tokens x K x M", "float32 GFLOP/s", "bf16 -> float32 GFLOP/s",
