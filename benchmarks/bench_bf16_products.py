@@ -7,7 +7,8 @@ asks for a float32 result (`preferred_element_type`) is the one they serve. This
 per shape, a jitted float32 product against the same product with its float32 operands cast to
 bf16 inside the jitted function (the cast counted), once with a float32 result and once with a
 bf16 one. Every product runs on the first of the CPU devices `icrl-jax` makes (one per core,
-`icrl_jax.cpu_devices`), at one device's share of a training batch: what each core runs.
+`icrl_jax.cpu_devices`), at one device's share of a training batch; XLA's CPU thread pool may
+still spread one product over both cores.
 
     python benchmarks/bench_bf16_products.py [--write]
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from icrl_jax.cpu_devices import use_one_device_per_core  # noqa: E402
@@ -28,7 +28,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from results import cpu_model, table_section  # noqa: E402
+from results import best_seconds, cpu_model, table_section  # noqa: E402
 
 #: (what, tokens, K, M, kind): `(tokens, K) @ (K, M)`, or for "contract" rows the sum over
 #: tokens `(tokens, K)^T (tokens, M)` (a kernel gradient); tokens per device (half a batch).
@@ -41,19 +41,6 @@ SHAPES = (
     ("Headless-AD paper scale: qkv", 600, 512, 1536, "rows"),
     ("4096 x 4096 (`bench_train.py`'s peak)", 4096, 4096, 4096, "rows"),
 )
-
-
-def _time(fn, *args, calls: int = 50, repeats: int = 5) -> float:
-    """Best seconds per call over `repeats` runs of `calls` calls."""
-    jax.block_until_ready(fn(*args))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best
 
 
 def products(kind: str, out_dtype):
@@ -80,7 +67,7 @@ def main():
         b = rng.standard_normal((tokens if kind == "contract" else k, m)).astype(np.float32)
         a, b = jax.device_put(a, devices[0]), jax.device_put(b, devices[0])
         calls = 3 if tokens == 4096 else 50
-        seconds = [_time(products(kind, dtype), a, b, calls=calls)
+        seconds = [best_seconds(products(kind, dtype), a, b, calls=calls, repeats=5)
                    for dtype in (None, jnp.float32, jnp.bfloat16)]
         flops = 2 * tokens * k * m
         rows.append(f"| {what} | {tokens} x {k} x {m} | "

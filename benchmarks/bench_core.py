@@ -21,20 +21,10 @@ import sys
 import tempfile
 import time
 
+from results import best_seconds, write_section  # benchmarks/results.py (this script's directory)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTION = "## The one core vs the four pipelines (side by side)"
-
-
-def _timed(fn, repeats: int = 2) -> float:
-    """Best wall time of `fn()` after one compiling call."""
-    import jax
-    jax.block_until_ready(fn())
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def train_tokens_per_second() -> float:
@@ -78,7 +68,7 @@ def train_tokens_per_second() -> float:
         holder[0], metrics = call(holder[0])
         return metrics
 
-    return 10 * batch * context / _timed(run, 3)
+    return 10 * batch * context / best_seconds(run, repeats=3)
 
 
 def eval_steps_per_second() -> dict[str, float]:
@@ -119,8 +109,8 @@ def eval_steps_per_second() -> dict[str, float]:
     tasks = env.task_params(np.arange(num_envs))
     for name, max_steps in (("headless_ad_cache", steps), ("headless_ad_recompute", None)):
         policy = in_context_source(method, params, env, steps, False, max_steps=max_steps)
-        seconds = _timed(lambda: generate_histories(env, policy, tasks, steps,
-                                                    jax.random.PRNGKey(2)).actions, 1)
+        seconds = best_seconds(lambda: generate_histories(env, policy, tasks, steps,
+                                                          jax.random.PRNGKey(2)).actions, repeats=1)
         out[name] = num_envs * steps / seconds
 
     room = envs.make("button_room", size=5, episode_length=20)
@@ -147,7 +137,7 @@ def eval_steps_per_second() -> dict[str, float]:
         from icrl_jax.methods.dt_rollout import make_rollout
         rollout = make_rollout(dt, room, context, steps, False)
         run = lambda: rollout(dt_params, tasks, 10.0, jax.random.PRNGKey(3))["rewards"]  # noqa: E731
-    out["msat_button_room"] = num_envs * steps / _timed(run, 1)
+    out["msat_button_room"] = num_envs * steps / best_seconds(run, repeats=1)
     return out
 
 
@@ -248,8 +238,6 @@ def main() -> None:
         "| --- | --- | --- | --- | --- |", *rows])
     print(text)
     if args.write:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from results import write_section
         write_section(SECTION, text)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import time
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 
@@ -45,3 +46,18 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def best_seconds(fn, *args, calls: int = 1, repeats: int = 2) -> float:
+    """Best wall seconds per call of the jitted `fn(*args)` over `repeats` runs of `calls`
+    calls each, after one compiling call."""
+    import jax
+    jax.block_until_ready(fn(*args))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
