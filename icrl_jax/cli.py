@@ -8,7 +8,8 @@
 * report: with --config, train `config.report.num_seeds` seeds (resuming) and evaluate each on the
   experiment's `variants`, then write Table 1 and figures to `<workdir>/report`; with --runs DIR
   (repeatable) and --out DIR, only aggregate existing runs into one table (e.g. Headless-AD, its
-  ablations and AD baselines side by side).
+  ablations and AD baselines side by side; finished `train` runs: their seeds grouped by
+  method, mean ± s.e.m. and curves, `seed_report.py`).
 * sweep: with --config, the random hyperparameter search of `config.sweep` (resuming: finished
   assignments are skipped), results and EMP in the workdir; with --runs DIR (repeatable) and --out
   DIR, only plot the EMP of several finished sweeps together (labels: --labels, repeatable);

@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from icrl_jax.errors import UserError  # noqa: E402
 from icrl_jax.methods import method_class  # noqa: E402
 
 TABLE_ARMS = (20, 30, 40, 50)
@@ -35,11 +36,12 @@ def load_runs(paths: list[str]) -> list[dict]:
         if path.endswith(".json"):
             files.append(path)
         else:
-            found = sorted(glob.glob(os.path.join(path, "variants.json")) +
-                           glob.glob(os.path.join(path, "seed_*", "variants.json")))
+            found = variants_files(path)
             if not found:
-                raise FileNotFoundError(f"no variants.json in {path} or {path}/seed_*; run "
-                                        f"`icrl-jax report --config ...` to train and evaluate")
+                kind = ("; it is a training run (eval.json): report training runs only among "
+                        "themselves" if os.path.isfile(os.path.join(path, "eval.json")) else "")
+                raise UserError(f"report --runs {path}: no variants.json there or in its seed_*/ "
+                                f"(`icrl-jax report --config ...` writes them){kind}")
             files.extend(found)
     runs = []
     for file in files:
@@ -49,6 +51,12 @@ def load_runs(paths: list[str]) -> list[dict]:
             run["label"] = _label_from_config_json(os.path.dirname(file))
         runs.append(run)
     return runs
+
+
+def variants_files(path: str) -> list[str]:
+    """The `variants.json` files of a run directory: its own, or its `seed_*/` ones."""
+    return sorted(glob.glob(os.path.join(path, "variants.json")) +
+                  glob.glob(os.path.join(path, "seed_*", "variants.json")))
 
 
 def _label_from_config_json(workdir: str) -> str:
@@ -197,7 +205,12 @@ def plot_darkroom_success(collected: dict, path: str) -> str | None:
 
 def write_report(paths: list[str], out: str) -> dict[str, str]:
     """Load the runs under `paths`, write `out/table1.md` and the PNGs; returns written paths.
-    Runs that are Uni[MASK] grids (`heatmap.json`) make its data-size figure instead."""
+    Runs that are Uni[MASK] grids (`heatmap.json`) make its data-size figure instead, and plain
+    training runs (`eval.json`, no `variants.json`) a table and plot of their seeds
+    (`seed_report.py`)."""
+    from icrl_jax.seed_report import is_seed_run, write_seed_report
+    if paths and all(is_seed_run(p) and not variants_files(p) for p in paths):
+        return write_seed_report(paths, out)
     heatmaps = [p if p.endswith(".json") else os.path.join(p, "heatmap.json") for p in paths]
     if heatmaps and all(h.endswith("heatmap.json") and os.path.isfile(h) for h in heatmaps):
         from icrl_jax.masking_grid import data_size_report

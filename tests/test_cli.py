@@ -49,6 +49,10 @@ def test_train_writes_the_whole_work_directory(tmp_path):
     train_lines = [l for l in (workdir / "metrics.jsonl").read_text().splitlines()
                    if '"train"' in l]
     assert len(train_lines) == 2, again.stderr[-2000:]
+    # The finished run reports as one seed of its method (`report --runs`, no --config).
+    run_cli("report", "--runs", str(workdir), "--out", str(tmp_path / "seeds"))
+    table = (tmp_path / "seeds" / "seeds.md").read_text()
+    assert f"| darkroom: AD | 0 | **{results['model_first_episode_return']:.3f} ± 0.000**" in table
 
 
 def test_config_files_load_from_any_directory(tmp_path):

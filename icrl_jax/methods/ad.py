@@ -118,6 +118,13 @@ class AD(InContextMethod):
     display_name = "AD"
 
     @classmethod
+    def label(cls, config) -> str:
+        """`report.label`, or "AD" with its n-gram layers named ("AD + n-gram")."""
+        if config.get("report") is not None and config.report.get("label"):
+            return config.report.label
+        return cls.display_name + " + n-gram" * bool(config.model.get("ngram_positions"))
+
+    @classmethod
     def signature(cls, config, env):
         """The base signature, plus the fingerprint of n-gram ids built from files (the VQ
         codes' parameters): a checkpoint trained on other codes is another model."""
