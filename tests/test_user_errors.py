@@ -68,6 +68,11 @@ def test_unknown_preset_command_and_config_file():
     assert_user_error(run_cli("report", "--config", DARKROOM, "--runs", "runs/x"), "--runs")
 
 
+def test_report_of_a_directory_holding_no_run_is_one_line(tmp_path):
+    out = run_cli("report", "--runs", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert_user_error(out, f"report --runs {tmp_path}: no variants.json")
+
+
 def test_user_error_raised_by_a_config_file_is_one_line(tmp_path):
     path = tmp_path / "cfg.py"
     path.write_text("from icrl_jax.errors import unknown_name\n"
