@@ -55,13 +55,17 @@ def normalised_score(value, random_value, source_value):
     return (np.asarray(value) - random_value) / (np.asarray(source_value) - random_value)
 
 
-def mean_and_stderr(x: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """NaN-aware mean and standard error along `axis`."""
+def mean_and_stderr(x: np.ndarray, axis: int = 0, ddof: int = 0
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """NaN-aware mean and standard error along `axis`; `ddof=1` for the sample deviation (a
+    few seeds), the error being 0 where there are no more than `ddof` values."""
     x = np.asarray(x, np.float64)
     count = np.sum(~np.isnan(x), axis=axis)
     mean = np.nanmean(x, axis=axis)
-    std = np.nanstd(x, axis=axis)
-    return mean, std / np.sqrt(np.maximum(count, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # count <= ddof: masked below
+        std = np.nanstd(x, axis=axis, ddof=ddof)
+    return mean, np.where(count > ddof, std, 0.0) / np.sqrt(np.maximum(count, 1))
 
 
 def expected_max_performance(scores, max_n: int | None = None) -> tuple[np.ndarray, np.ndarray]:

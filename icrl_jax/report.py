@@ -59,11 +59,16 @@ def variants_files(path: str) -> list[str]:
                   glob.glob(os.path.join(path, "seed_*", "variants.json")))
 
 
-def _label_from_config_json(workdir: str) -> str:
+def run_config(workdir: str):
+    """The resolved config a run wrote (`workdir/config.json`), as a ConfigDict."""
     import ml_collections
 
     with open(os.path.join(workdir, "config.json")) as f:
-        config = ml_collections.ConfigDict(json.load(f))
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def _label_from_config_json(workdir: str) -> str:
+    config = run_config(workdir)
     return method_class(config.method).label(config)
 
 

@@ -30,6 +30,8 @@ import numpy as np  # noqa: E402
 
 from icrl_jax.errors import UserError  # noqa: E402
 from icrl_jax.methods import method_class  # noqa: E402
+from icrl_jax.metrics import mean_and_stderr  # noqa: E402
+from icrl_jax.report import run_config  # noqa: E402
 
 BASELINES = ("source", "random")
 #: eval.json scalars reported per seed, in table order (those every run of a group has).
@@ -55,21 +57,11 @@ def load_seed_runs(paths: list[str]) -> list[dict]:
                             f"directories of `icrl-jax train` that finished their evaluation")
         with open(os.path.join(path, "eval.json")) as f:
             result = json.load(f)
-        with open(os.path.join(path, "config.json")) as f:
-            config = json.load(f)
-        import ml_collections
-        label = method_class(config["method"]).label(ml_collections.ConfigDict(config))
-        env = config["env"]["name"]
-        runs.append(dict(result, env=env, group=f"{env}: {label}", seed=config.get("seed"),
+        config = run_config(path)
+        label, env = method_class(config.method).label(config), config.env.name
+        runs.append(dict(result, env=env, group=f"{env}: {label}", seed=config.seed,
                          path=path))
     return runs
-
-
-def mean_and_sem(values) -> tuple[float, float]:
-    """Mean and standard error over seeds (sample standard deviation; 0 for one seed)."""
-    values = np.asarray(values, np.float64)
-    sem = values.std(ddof=1) / np.sqrt(values.size) if values.size > 1 else 0.0
-    return float(values.mean()), float(sem)
 
 
 def _baseline_scores(members: list[dict], policy: str, length: int) -> dict:
@@ -101,15 +93,13 @@ def summarise_seeds(runs: list[dict]) -> dict:
         for key, _ in SCORES:
             values = [m.get(key) for m in members]
             if all(isinstance(v, (int, float)) for v in values):
-                mean, sem = mean_and_sem(values)
-                scores[key] = dict(mean=mean, sem=sem, per_seed=values)
-        curves = np.asarray([m["curves"]["model"][:length] for m in members], np.float64)
-        sem = (curves.std(0, ddof=1) / np.sqrt(len(members)) if len(members) > 1
-               else np.zeros(length))
+                mean, sem = mean_and_stderr(values, ddof=1)
+                scores[key] = dict(mean=float(mean), sem=float(sem), per_seed=values)
+        mean, sem = mean_and_stderr([m["curves"]["model"][:length] for m in members], ddof=1)
         summary["groups"][group] = dict(
             env=members[0]["env"], seeds=[m["seed"] for m in members],
             runs=[m["path"] for m in members], scores=scores,
-            curve=dict(mean=curves.mean(0).tolist(), sem=sem.tolist()))
+            curve=dict(mean=mean.tolist(), sem=sem.tolist()))
     return summary
 
 

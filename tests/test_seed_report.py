@@ -10,7 +10,8 @@ import pytest
 from icrl_jax.errors import UserError
 from icrl_jax.methods.ad import AD
 from icrl_jax.report import write_report
-from icrl_jax.seed_report import mean_and_sem, summarise_seeds, load_seed_runs
+from icrl_jax.metrics import mean_and_stderr
+from icrl_jax.seed_report import summarise_seeds, load_seed_runs
 
 
 def _run(tmp_path, name, *, ngram, seed, last, curve, env="key_to_door"):
@@ -39,10 +40,10 @@ def test_ad_label_names_its_ngram_layers():
 
 
 def test_mean_and_sem_use_the_sample_deviation():
-    mean, sem = mean_and_sem([1.0, 1.2, 1.4])
+    mean, sem = mean_and_stderr([1.0, 1.2, 1.4], ddof=1)
     assert mean == pytest.approx(1.2)
     assert sem == pytest.approx(0.2 / np.sqrt(3))  # std with n - 1 is 0.2
-    assert mean_and_sem([0.7]) == (0.7, 0.0)
+    assert mean_and_stderr([0.7], ddof=1) == (0.7, 0.0)
 
 
 def test_seeds_are_grouped_by_label_and_curves_cut_to_the_shortest(tmp_path):

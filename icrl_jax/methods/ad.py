@@ -118,10 +118,8 @@ class AD(InContextMethod):
     display_name = "AD"
 
     @classmethod
-    def label(cls, config) -> str:
-        """`report.label`, or "AD" with its n-gram layers named ("AD + n-gram")."""
-        if config.get("report") is not None and config.report.get("label"):
-            return config.report.label
+    def variant_name(cls, config) -> str:
+        """AD, or "AD + n-gram" when the model has n-gram layers."""
         return cls.display_name + " + n-gram" * bool(config.model.get("ngram_positions"))
 
     @classmethod

@@ -48,9 +48,16 @@ class Method(abc.ABC):
 
     @classmethod
     def label(cls, config) -> str:
+        """The row name in reports: `report.label`, else `variant_name(config)`."""
         report = config.get("report")
         if report is not None and report.get("label"):
             return report.label
+        return cls.variant_name(config)
+
+    @classmethod
+    def variant_name(cls, config) -> str:
+        """The method's name with its configured variant marked (default: the name alone)."""
+        del config
         return cls.display_name or cls.name
 
     #: `trainable(params) -> pytree of bool`: which parameters the optimiser updates (None: all).

@@ -243,10 +243,8 @@ class HeadlessAD(InContextMethod):
                    grid_size_of(config, env))
 
     @classmethod
-    def label(cls, config) -> str:
-        """`report.label`, or Headless-AD with its ablation switches named (Table 1 rows)."""
-        if config.get("report") is not None and config.report.get("label"):
-            return config.report.label
+    def variant_name(cls, config) -> str:
+        """Headless-AD with its ablation switches named (Table 1 rows)."""
         model = config.model
         parts = [name for name, ablated in (
             ("Prompt Ablation", not model.prompt), ("Loss Ablation", model.loss != "infonce"),
