@@ -59,7 +59,7 @@ PRESETS["qlearning_cpu"] = {
     "train.checkpoint_every": 5000, "data.subsample": 10, "eval.temperature": 0.7,
 }
 PRESETS["qlearning_cpu_ad"] = dict(PRESETS["qlearning_cpu"], **{"model.ngram_positions": ()})
-# The same data with a 4x larger, deeper model (4 blocks of width 128) for about the same time: 9K
+# The same data with a wider, deeper model (4 blocks of width 128, about 8x the parameters): 9K
 # updates instead of 30K. The 2x64 model fits its own 100 training goals to about 1.35 of 2.0
 # (issue 19 part 3), so capacity, not updates, is what this tries. Seed 0 of `qlearning_cpu_deep`
 # fit its training goals better (loss 1.11 vs 1.19) but scored lower on held-out ones (0.935 vs
