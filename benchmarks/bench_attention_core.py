@@ -5,8 +5,8 @@ worktree` of an older commit). Its `icrl_jax/models/attention.py` is loaded unde
 name next to this checkout's, and the two `dot_product_attention`s (causal blocks, forward and
 backward, with each checkout's own dropout masks applied through the `dropout` argument) and the
 two dropout layers alone are timed alternately, median of many calls: the same cores' load hits
-both alike, so the ratio is what to read. An old checkout without `icrl_jax/models/dropout.py`
-draws masks as `nn.Dropout` does (`jax.random.bernoulli`).
+both alike, so the ratio is what to read. Both checkouts need `icrl_jax/models/dropout.py` and
+attention dropout through `Dropout.mask`'s interface (f3225b0 and later).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ ATTENTION_CASES = (
 DROPOUT_CASES = (
     ("main job's residual dropout", (64, 100, 64), 0.1, 60),
     ("Headless-AD paper scale residual dropout", (4, 300, 512), 0.12, 60),
+    ("Uni[MASK]'s attention dropout, one replica's weights", (100, 4, 10, 10), 0.1, 60),
 )
 
 
@@ -51,15 +52,8 @@ def _load(path: str, name: str):
     return module
 
 
-def bernoulli_dropout(rate):
-    def apply(x, key):
-        keep = 1.0 - rate
-        return jax.lax.select(jax.random.bernoulli(key, keep, x.shape), x / keep,
-                              jnp.zeros_like(x))
-    return apply
-
-
 def mask_dropout(keep_mask):
+    """dropout(rate) -> (x, key) -> x through a checkout's `keep_mask`."""
     def make(rate):
         def apply(x, key):
             mask, kept = keep_mask(key, 1.0 - rate, x.shape)
@@ -69,15 +63,18 @@ def mask_dropout(keep_mask):
 
 
 def versions(old_root: str) -> dict:
-    """name -> (dot_product_attention, dropout(rate) -> (x, key) -> x) of each checkout."""
+    """name -> (dot_product_attention, keep_mask) of each checkout. Both need the attention
+    dropout interface of `Dropout.mask` (a shape in, a bool mask and a scale out: f3225b0 and
+    later)."""
     from icrl_jax.models.attention import dot_product_attention
     from icrl_jax.models.dropout import keep_mask
-    old_attention = _load(os.path.join(old_root, "icrl_jax/models/attention.py"), "old_attention")
     old_dropout_path = os.path.join(old_root, "icrl_jax/models/dropout.py")
-    old_dropout = (mask_dropout(_load(old_dropout_path, "old_dropout").keep_mask)
-                   if os.path.exists(old_dropout_path) else bernoulli_dropout)
-    return {"old": (old_attention.dot_product_attention, old_dropout),
-            "new": (dot_product_attention, mask_dropout(keep_mask))}
+    if not os.path.exists(old_dropout_path):
+        raise SystemExit(f"{old_root} has no icrl_jax/models/dropout.py: pick a later commit")
+    old_attention = _load(os.path.join(old_root, "icrl_jax/models/attention.py"), "old_attention")
+    return {"old": (old_attention.dot_product_attention,
+                    _load(old_dropout_path, "old_dropout").keep_mask),
+            "new": (dot_product_attention, keep_mask)}
 
 
 def alternate(functions: dict, args: tuple, calls: int) -> dict:
@@ -93,12 +90,15 @@ def alternate(functions: dict, args: tuple, calls: int) -> dict:
     return {name: 1e3 * float(np.median(t)) for name, t in times.items()}
 
 
-def attention_gradient(attention, dropout, rate, mask):
+def attention_gradient(attention, keep_mask, rate, mask):
     def loss(q, k, v, key):
         drop = None
         if rate:
             keys = iter(jax.random.split(key, 8))  # one per causal block
-            drop = lambda w: dropout(rate)(w, next(keys))  # noqa: E731
+
+            def drop(shape):  # `Dropout.mask`'s pair: the bool mask and the kept values' scale
+                keep, kept = keep_mask(next(keys), 1.0 - rate, shape)
+                return keep, 1.0 / kept
         return (attention(q, k, v, mask, causal_from=0, dropout=drop) ** 2).sum()
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
@@ -115,8 +115,8 @@ def main():
     for label, batch, steps, heads, width, rate, calls in ATTENTION_CASES:
         q, k, v = jax.random.normal(jax.random.PRNGKey(0), (3, batch, steps, heads, width))
         mask = jnp.tril(jnp.ones((1, 1, steps, steps), bool))
-        ms = alternate({name: attention_gradient(attention, dropout, rate, mask)
-                        for name, (attention, dropout) in sides.items()},
+        ms = alternate({name: attention_gradient(attention, keep_mask, rate, mask)
+                        for name, (attention, keep_mask) in sides.items()},
                        (q, k, v, jax.random.PRNGKey(1)), calls)
         rows.append(f"| attention core, forward + backward: {label}, batch {batch} x {steps}, "
                     f"{heads} heads of {width}, dropout {rate} | {ms['old']:.2f} | "
@@ -124,8 +124,9 @@ def main():
         print(rows[-1], flush=True)
     for label, shape, rate, calls in DROPOUT_CASES:
         x = jax.random.normal(jax.random.PRNGKey(0), shape)
-        ms = alternate({name: jax.jit(jax.grad(lambda x, key, d=dropout: (d(rate)(x, key) ** 2).sum()))
-                        for name, (_, dropout) in sides.items()},
+        ms = alternate({name: jax.jit(jax.grad(
+                            lambda x, key, d=mask_dropout(keep_mask): (d(rate)(x, key) ** 2).sum()))
+                        for name, (_, keep_mask) in sides.items()},
                        (x, jax.random.PRNGKey(1)), calls)
         rows.append(f"| dropout alone, forward + backward: {label}, {shape}, rate {rate} | "
                     f"{ms['old']:.2f} | {ms['new']:.2f} | {ms['old'] / ms['new']:.2f}x |")

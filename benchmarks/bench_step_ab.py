@@ -3,7 +3,7 @@
     python benchmarks/bench_step_ab.py --reference REFERENCE [--rows small,main_job] [--rounds 12]
 
 REFERENCE: attention_backward_einsum, attention_dropout_float_mask, dense_plain_dot_general,
-dropout_bits_halves, embeddings_lapack_qr, sample_row_then_window, tokens_concat_mix or one_device.
+dropout_bits_halves, dropout_mask_last_axis, embeddings_lapack_qr, sample_row_then_window, tokens_concat_mix or one_device.
 
 `bench_train.py --old` runs each checkout in its own processes; on these shared cores a
 process's throughput moves by up to 25% between repeats of the same code, more than most changes
@@ -83,6 +83,9 @@ REFERENCES = {
     "attention_backward_einsum": ("icrl_jax.models.attention", "_contract_queries",
                                   _einsum_contract_queries),
     "dropout_bits_halves": ("icrl_jax.models.dropout", "keep_mask", _bits_keep_mask),
+    # Dropout masks laid out along their own last axis (before the `(shape[0], rest)` rows).
+    "dropout_mask_last_axis": ("icrl_jax.models.dropout", "keep_mask",
+                               _AtCommit("6426ffa", "icrl_jax/models/dropout.py", "keep_mask")),
     "embeddings_lapack_qr": ("icrl_jax.methods.headless_ad", "orthonormal_columns",
                              _lapack_orthonormal_columns),
     "sample_row_then_window": ("icrl_jax.data.dataset", "window_at", row_then_window),

@@ -10,8 +10,12 @@ peak is known.
     python benchmarks/bench_train.py --old DIR [--repeats N] [--write]   # before/after, side by side
 
 `--old DIR` measures `ROWS_BEFORE_AFTER` in this checkout and in another one (a `git worktree` of
-an older commit), one process per (checkout, row), the checkouts alternating, each process
-measuring its own matmul peak just before its model: on shared cores the load hits both alike.
+an older commit), one process per (checkout, row), the checkouts alternating: on shared cores
+the load hits both alike.
+
+On a CPU, MFU is a ratio measured side by side: each row is timed in `--peak-rounds` rounds, each
+right after a 4096x4096 matmul of its own (the peak), and MFU is the median over rounds of the
+round's model FLOP/s over its own peak (`interleaved_mfu`).
 
 With `--precision bf16` the model computes in bfloat16 (float32 parameters, as `train.compute_dtype`)
 and MFU is against the bf16 dense peak.
@@ -120,6 +124,14 @@ TRACE_DIR: str | None = None
 AB_REFERENCE = None
 AB_ROUNDS = 10
 AB_SECONDS: dict[str, float] = {}
+#: On a CPU, `_time_calls` times the model in `PEAK_ROUNDS` rounds (without a reference), each
+#: right after a matmul peak of its own (`matmul_peak`, 2 calls), and leaves the rounds'
+#: (peak FLOP/s, seconds per call) in `LAST_ROUNDS`: `interleaved_mfu` divides each round's
+#: model FLOP/s by its own peak. On these shared cores the peak moves by 25% between minutes;
+#: one peak measured before a long table is not the one its later rows ran against.
+PEAK_ROUNDS = 0
+PEAK_DTYPE = np.float32
+LAST_ROUNDS: list[tuple[float, float]] = []
 
 
 def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=None):
@@ -153,13 +165,18 @@ def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=No
             variants["reference"] = compiled()
     variants["this checkout"] = compiled()
     times = {name: [] for name in variants}
-    for _ in range(AB_ROUNDS if AB_REFERENCE is not None else 1):
+    interleave = AB_REFERENCE is None and PEAK_ROUNDS > 0
+    LAST_ROUNDS.clear()
+    for _ in range(AB_ROUNDS if AB_REFERENCE is not None else max(1, PEAK_ROUNDS)):
+        peak = matmul_peak(calls=2, dtype=PEAK_DTYPE) if interleave else None
         for name, variant in variants.items():
             start = time.perf_counter()
             for _ in range(calls):
                 variant[1], metrics = variant[0](variant[1], variant[2], seed, hyper)
             jax.block_until_ready(metrics)
             times[name].append((time.perf_counter() - start) / calls)
+            if interleave:
+                LAST_ROUNDS.append((peak, times[name][-1]))
     AB_SECONDS.update({name: float(np.median(t)) for name, t in times.items()})
     train_steps, state, data = variants["this checkout"]
     seconds = AB_SECONDS["this checkout"]
@@ -171,6 +188,19 @@ def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=No
             state, metrics = train_steps(state, data, seed, hyper)
             jax.block_until_ready(metrics)
     return seconds, state
+
+
+def interleaved_mfu(result: dict) -> dict:
+    """`result` (`_throughput` of the last `_time_calls`) with `peak`, the median of its rounds'
+    peaks, and `mfu`, the median over rounds of the round's model FLOP/s over its own peak;
+    unchanged without interleaved rounds (`PEAK_ROUNDS`)."""
+    if not LAST_ROUNDS:
+        return result
+    median_seconds = float(np.median([seconds for _, seconds in LAST_ROUNDS]))
+    mfus = [result["model_flops_per_s"] * median_seconds / seconds / peak
+            for peak, seconds in LAST_ROUNDS]
+    return dict(result, peak=float(np.median([peak for peak, _ in LAST_ROUNDS])),
+                mfu=float(np.median(mfus)), rounds=len(LAST_ROUNDS))
 
 
 def is_embedding(path: str) -> bool:
@@ -350,7 +380,12 @@ def measure_headless_paper(batch: int, calls: int, precision="fp32"):
 
 
 def _row(name, shape, batch, params, r, peak) -> str:
-    mfu = f"{100 * r['model_flops_per_s'] / peak:.0f}%" if peak else "n/a (no known peak)"
+    """A table row; MFU from `r`'s interleaved rounds where it has them, else against `peak`."""
+    r = interleaved_mfu(r)
+    if "mfu" in r:
+        mfu = f"{100 * r['mfu']:.0f}% (peak {r['peak'] / 1e9:.0f})"
+    else:
+        mfu = f"{100 * r['model_flops_per_s'] / peak:.0f}%" if peak else "n/a (no known peak)"
     return (f"| {name} | {shape} | {batch} | {params} | {r['tokens_per_s']:,.0f} "
             f"| {r['steps_per_s']:.2f} | {r['model_flops_per_s'] / 1e9:,.1f} | {mfu} |")
 
@@ -385,9 +420,11 @@ def measure_row(name: str) -> dict:
     import icrl_jax
     if not os.path.abspath(icrl_jax.__file__).startswith(os.path.abspath(TREE)):
         raise RuntimeError(f"measuring {TREE} but imported {icrl_jax.__file__}")
-    peak = matmul_peak()
-    result = ROWS_BEFORE_AFTER[name][1](2 if name.startswith("headless") else 3)
-    return dict(result, peak=peak, mfu=result["model_flops_per_s"] / peak, host_malloc=HOST_MALLOC)
+    result = interleaved_mfu(ROWS_BEFORE_AFTER[name][1](2 if name.startswith("headless") else 3))
+    if "mfu" not in result:  # no interleaved rounds: one peak, measured after the model
+        peak = matmul_peak()
+        result = dict(result, peak=peak, mfu=result["model_flops_per_s"] / peak)
+    return dict(result, host_malloc=HOST_MALLOC)
 
 
 def before_after(args) -> None:
@@ -435,8 +472,9 @@ def before_after(args) -> None:
         f"changes, if any). Device: {jax.devices()[0].platform}, {os.cpu_count()} cores; load "
         f"average when it finished {os.getloadavg()[0]:.1f} (the cores were shared with other "
         "jobs). One process per (checkout, row, repeat), the checkouts alternating; each "
-        "process measures its own 4096x4096 float32 matmul peak right before its model, and MFU "
-        "(in brackets) is its model FLOP/s (6N + 12·L·d·T a token) over that peak. Ratio: new / old "
+        f"process times its model in {PEAK_ROUNDS} rounds, each right after a 4096x4096 float32 "
+        "matmul of its own (the peak), and MFU (in brackets) is the median over rounds of the "
+        "round's model FLOP/s (6N + 12·L·d·T a token) over its peak. Ratio: new / old "
         f"median tokens/s. Host malloc (icrl_jax/host_memory.py): before {malloc['old']}, after "
         f"{malloc['new']}.",
         ["model", "before: tokens/s (MFU)", "after: tokens/s (MFU)", "ratio"], lines, args.write)
@@ -459,7 +497,13 @@ def main():
     parser.add_argument("--tree", default=ROOT, help="the checkout whose code is measured")
     parser.add_argument("--row", choices=tuple(ROWS_BEFORE_AFTER),
                         help="measure one row in this process, print JSON (used by --old)")
+    parser.add_argument("--peak-rounds", type=int, default=3,
+                        help="on a CPU: timing rounds per row, each after its own matmul peak")
     args = parser.parse_args()
+    global PEAK_ROUNDS, PEAK_DTYPE
+    if jax.devices()[0].platform == "cpu":
+        PEAK_ROUNDS = args.peak_rounds
+        PEAK_DTYPE = jax.numpy.bfloat16 if args.precision == "bf16" else np.float32
     if args.row:
         import json
         return print(json.dumps(measure_row(args.row)))
@@ -524,8 +568,13 @@ def main():
         "Peak host memory "
         f"(ru_maxrss) {peak_mib:,.0f} MiB. Load average when it finished: "
         f"{os.getloadavg()[0]:.1f} (other jobs share these cores; compare rows, not runs). "
-        f"MFU = model FLOP/s / peak, peak {peak / 1e9 if peak else 0:,.1f} GFLOP/s "
-        f"({peak_source}). Host malloc (icrl_jax/host_memory.py): {HOST_MALLOC}.",
+        + (f"MFU = the median over {PEAK_ROUNDS} timing rounds of the round's model FLOP/s over "
+           "the peak of a jitted 4096x4096 "
+           f"{'bfloat16' if args.precision == 'bf16' else 'float32'} matmul timed right before "
+           "it (median peak in brackets, GFLOP/s): `interleaved_mfu`. "
+           if PEAK_ROUNDS else f"MFU = model FLOP/s / peak, peak {peak / 1e9 if peak else 0:,.1f} "
+           f"GFLOP/s ({peak_source}). ")
+        + f"Host malloc (icrl_jax/host_memory.py): {HOST_MALLOC}.",
         ["model", "layers x width", "batch x context", "params", "tokens/s", "steps/s",
          "model GFLOP/s", "MFU"], rows, args.write)
 
@@ -534,15 +583,14 @@ HEADLESS_HEADING = "## Headless-AD at the paper's bandit scale (steps/s)"
 
 def headless_paper(args) -> None:
     """Steps/s of the paper-scale Headless-AD bandit model at batch 4 and 32 (to compare with
-    the PyTorch reference on the same machine), in its own RESULTS.md section. The matmul peak
-    is measured right before each row: on shared cores it moves by 20% between minutes, more
-    than most changes to the step."""
+    the PyTorch reference on the same machine), in its own RESULTS.md section. On a CPU each
+    timing round follows its own matmul peak (`interleaved_mfu`): on shared cores the peak moves
+    by 20% between minutes, more than most changes to the step."""
     device = jax.devices()[0]
     rows = []
     for batch, calls in ((4, 6), (32, 3)):
-        peak = matmul_peak() if device.platform == "cpu" else None
-        r = measure_headless_paper(batch, calls, args.precision)
-        measured = (f"{peak / 1e9:.0f} | {100 * r['model_flops_per_s'] / peak:.0f}%" if peak
+        r = interleaved_mfu(measure_headless_paper(batch, calls, args.precision))
+        measured = (f"{r['peak'] / 1e9:.0f} | {100 * r['mfu']:.0f}%" if "mfu" in r
                     else "n/a | n/a")
         rows.append(f"| {batch} | {r['steps_per_s']:.3f} | {1 / r['steps_per_s']:.2f} | "
                     f"{r['tokens_per_s']:,.0f} | {r['params']:,} | {measured} |")
@@ -553,9 +601,10 @@ def headless_paper(args) -> None:
         f"{os.cpu_count()} cores. Command: `python benchmarks/bench_train.py --headless-paper "
         f"--write`. `experiments/headless_ad/bernoulli_bandit.py` at paper scale (4 layers, d 512, "
         f"64 heads, rotary, context 300 steps), {args.precision}, one optimiser step per jitted "
-        f"call, 6 (batch 4) or 3 (batch 32) timed calls after the compiling one. Tokens count one "
-        f"per context step (the action-set prompt is not counted); MFU against a 4096x4096 "
-        f"float32 matmul measured right before the row (peak). Load average when it finished: "
+        f"call, 6 (batch 4) or 3 (batch 32) timed calls a round after the compiling one, "
+        f"{PEAK_ROUNDS} rounds. Tokens count one per context step (the action-set prompt is not "
+        f"counted); MFU is the median over rounds of the round's model FLOP/s over a 4096x4096 "
+        f"float32 matmul timed right before it (median peak in the peak column). Load average when it finished: "
         f"{os.getloadavg()[0]:.1f}. Host malloc (icrl_jax/host_memory.py): {HOST_MALLOC}.",
         ["batch", "steps/s", "s/step", "tokens/s", "params", "peak (GFLOP/s)", "MFU"], rows,
         args.write)

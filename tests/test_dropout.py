@@ -46,6 +46,25 @@ def test_mask_is_each_half_word_against_the_rounded_threshold():
     assert float(kept) == threshold / LEVELS
 
 
+def test_mask_rows_are_the_flattened_trailing_axes():
+    """Hand-worked for three axes: the mask is drawn as (2, 3 * 3) rows over counters
+    (2, ceil(9 / 2)), each row's low halves then high halves, cut to 9 and reshaped; one axis
+    is one row."""
+    key = jax.random.key(5)
+    mask, _ = keep_mask(key, 0.5, (2, 3, 3))
+    key_words = jax.random.bits(key, (2,), jnp.uint32)
+    counters = np.arange(10, dtype=np.uint32)
+    words = np.asarray(threefry_2x32(key_words, np.concatenate([counters, 0 * counters])))
+    words = words[:10].reshape(2, 5).astype(np.int64)
+    halves = np.concatenate([words & 0xFFFF, words >> 16], axis=1)[:, :9]
+    np.testing.assert_array_equal(mask, (halves < LEVELS // 2).reshape(2, 3, 3))
+    flat, _ = keep_mask(key, 0.5, (9,))
+    words = np.asarray(threefry_2x32(key_words, np.concatenate([counters[:5], 0 * counters[:5]])))
+    words = words[:5].astype(np.int64)
+    np.testing.assert_array_equal(flat, np.concatenate([words & 0xFFFF, words >> 16])[:9]
+                                  < LEVELS // 2)
+
+
 def test_mask_is_the_same_sharded_and_jitted():
     """Counters come from iotas in the mask's shape: jit and a batch sharding over the CPU
     devices (one here unless the process has more) draw the same mask as eager code."""

@@ -9,10 +9,16 @@ returns; written out, XLA fuses all 20 rounds into the loop that compares the ha
 4.4x faster, and at the Headless-AD paper scale's shapes the attention core with dropout 1.2-1.7x
 and the training step 1.06-1.14x faster on a CPU (benchmarks/RESULTS.md).
 
+Each mask is laid out as `(shape[0], rest)`, its leading axis by the flattened others: the
+counters run row-major over `(shape[0], ceil(rest / 2))`, and each row's low halves fill the first
+half of the row, its high halves the rest. A batch-sharded input thus gets batch-sharded bits,
+and XLA's CPU loop runs over long rows: on the quick models' shapes this mask is 1.5-6x faster
+than one laid out along the mask's own last axis (Uni[MASK]'s `(B, H, 10, 10)` attention masks
+the most; benchmarks/RESULTS.md).
+
 The keep probability is rounded to a multiple of 2^-16 (0.9 -> 0.899994) and the kept values are
 scaled by that rounded probability's inverse, so the dropped activations' expectation is exactly
-the input. The counters are built from one iota per axis of the mask's shape, so a batch-sharded
-input gets batch-sharded bits, and a batched key (under `vmap`) draws a mask per replica.
+the input. A batched key (under `vmap`) draws a mask per replica.
 """
 
 from __future__ import annotations
@@ -72,13 +78,15 @@ def keep_mask(key: jax.Array, keep: float | jax.Array, shape: tuple[int, ...]
     1/`LEVELS`, and that rounded probability (float32 `()`): the scale of the kept values is its
     inverse. `keep` may be traced (a hyperparameter vmapped over replicas).
 
-    The words: `threefry2x32` under the two words of `jax.random.bits(key, (2,))` at counters
-    `(c, 0)`, c running row-major over `shape[:-1] + (ceil(shape[-1] / 2),)`, first output
-    word. Their low halves fill the first half of the last axis, their high halves the rest
-    (cut to an odd length)."""
+    The mask is drawn as `(rows, rest)` = `(shape[0], prod(shape[1:]))` (`(1, shape[0])` for
+    one axis) and reshaped to `shape`. The words: `threefry2x32` under the two words of
+    `jax.random.bits(key, (2,))` at counters `(c, 0)`, c running row-major over
+    `(rows, ceil(rest / 2))`, first output word. Each row's low halves fill the first half of
+    the row, its high halves the rest (cut to an odd length)."""
     if not shape:
         raise ValueError("keep_mask needs at least one axis")
-    grid = shape[:-1] + ((shape[-1] + 1) // 2,)
+    rows, rest = (shape[0], math.prod(shape[1:])) if len(shape) > 1 else (1, shape[0])
+    grid = (rows, (rest + 1) // 2)
     if math.prod(grid) > 2 ** 32:
         raise ValueError(f"a mask of shape {shape} needs more than 2^32 counters")
     key0, key1 = jax.random.bits(key, (2,), jnp.uint32)
@@ -86,8 +94,8 @@ def keep_mask(key: jax.Array, keep: float | jax.Array, shape: tuple[int, ...]
     threshold = jnp.round(jnp.clip(jnp.asarray(keep, jnp.float32), 0.0, 1.0) * LEVELS
                           ).astype(jnp.uint32)
     mask = jnp.concatenate([(words & (LEVELS - 1)) < threshold, (words >> 16) < threshold],
-                           axis=-1)[..., :shape[-1]]
-    return mask, threshold.astype(jnp.float32) / LEVELS
+                           axis=1)[:, :rest]
+    return mask.reshape(shape), threshold.astype(jnp.float32) / LEVELS
 
 
 def apply_keep_mask(x: jax.Array, mask: jax.Array, scale: jax.Array) -> jax.Array:
