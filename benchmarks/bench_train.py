@@ -516,7 +516,7 @@ def main():
     peaks = PEAK_BF16 if args.precision == "bf16" else PEAK_TF32
     peak = next((v for k, v in peaks.items() if k in kind), None)
     peak_source = "datasheet dense peak"
-    if device.platform == "cpu":  # measured in this process, just before the models
+    if device.platform == "cpu" and not PEAK_ROUNDS:  # one peak, just before the models
         # The dtype the model's products run in: bf16 compute multiplies bf16 by bf16.
         bf16 = args.precision == "bf16"
         peak = matmul_peak(dtype=jax.numpy.bfloat16 if bf16 else np.float32)
