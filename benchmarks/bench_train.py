@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
 import sys
 import time
@@ -59,7 +58,7 @@ except ImportError:  # a checkout older than icrl_jax/cpu_devices.py: one CPU de
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from results import table_section  # noqa: E402  # benchmarks/results.py (this script's directory)
+from results import cpu_model, table_section  # noqa: E402  # benchmarks/results.py (this script's directory)
 
 from icrl_jax.data.dataset import to_step_windows  # noqa: E402
 from icrl_jax.data.history import History  # noqa: E402
@@ -469,7 +468,8 @@ def before_after(args) -> None:
         BEFORE_AFTER_HEADING,
         f"Command: `python benchmarks/bench_train.py --old <worktree of {commit(args.old)}> "
         f"--repeats {args.repeats} --write`, this checkout at {commit(ROOT)} (plus uncommitted "
-        f"changes, if any). Device: {jax.devices()[0].platform}, {os.cpu_count()} cores; load "
+        f"changes, if any). Device: {jax.devices()[0].platform}, host CPU {cpu_model()}, "
+        f"{os.cpu_count()} cores; load "
         f"average when it finished {os.getloadavg()[0]:.1f} (the cores were shared with other "
         "jobs). One process per (checkout, row, repeat), the checkouts alternating; each "
         f"process times its model in {PEAK_ROUNDS} rounds, each right after a 4096x4096 float32 "
@@ -548,12 +548,7 @@ def main():
         r = measure_gpt_dt(mixture, 3 if device.platform == "cpu" else 20, args.precision)
         rows.append(_row(name, "4x128, 4 heads", "32x60", f"{r['params']:,}", r, peak))
         print(rows[-1], flush=True)
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model()
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     table_section(
         HEADING,
@@ -597,8 +592,9 @@ def headless_paper(args) -> None:
         print(rows[-1], flush=True)
     table_section(
         HEADLESS_HEADING,
-        f"Device: {device.platform} `{device.device_kind}` x{jax.device_count()}, "
-        f"{os.cpu_count()} cores. Command: `python benchmarks/bench_train.py --headless-paper "
+        f"Device: {device.platform} `{device.device_kind}` x{jax.device_count()}; host CPU "
+        f"{cpu_model()}, {os.cpu_count()} cores. Command: `python benchmarks/bench_train.py "
+        "--headless-paper "
         f"--write`. `experiments/headless_ad/bernoulli_bandit.py` at paper scale (4 layers, d 512, "
         f"64 heads, rotary, context 300 steps), {args.precision}, one optimiser step per jitted "
         f"call, 6 (batch 4) or 3 (batch 32) timed calls a round after the compiling one, "
