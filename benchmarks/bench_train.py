@@ -594,8 +594,8 @@ def headless_paper(args) -> None:
         HEADLESS_HEADING,
         f"Device: {device.platform} `{device.device_kind}` x{jax.device_count()}; host CPU "
         f"{cpu_model()}, {os.cpu_count()} cores. Command: `python benchmarks/bench_train.py "
-        "--headless-paper "
-        f"--write`. `experiments/headless_ad/bernoulli_bandit.py` at paper scale (4 layers, d 512, "
+        "--headless-paper --write`. `experiments/headless_ad/bernoulli_bandit.py` at paper "
+        "scale (4 layers, d 512, "
         f"64 heads, rotary, context 300 steps), {args.precision}, one optimiser step per jitted "
         f"call, 6 (batch 4) or 3 (batch 32) timed calls a round after the compiling one, "
         f"{PEAK_ROUNDS} rounds. Tokens count one per context step (the action-set prompt is not "

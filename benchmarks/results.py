@@ -41,7 +41,8 @@ def cpu_model() -> str:
     has AVX-512 (e.g. "AMD EPYC (family 25, model 17, AVX-512)"), else what `platform` knows.
     Cloud hosts often report a bare "AMD EPYC"; the numbers tell generations apart (family 25
     model 17 is Zen 4, whose 512-bit FMAs run as two halves; family 26 is Zen 5), and the
-    matmul peak, hence every MFU here, differs by about 2x between them."""
+    matmul peak, hence every MFU in RESULTS.md, differed by about 2x between the hosts these
+    benchmarks ran on."""
     fields = {}
     try:
         with open("/proc/cpuinfo") as f:
@@ -54,8 +55,8 @@ def cpu_model() -> str:
         pass
     if "model name" not in fields:
         return platform.processor() or platform.machine() or "unknown"
-    extra = [f"family {fields[k]}" if k == "cpu family" else f"model {fields[k]}"
-             for k in ("cpu family", "model") if k in fields]
+    extra = [f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model"))
+             if key in fields]
     if "avx512f" in fields.get("flags", "").split():
         extra.append("AVX-512")
     return fields["model name"] + (f" ({', '.join(extra)})" if extra else "")
