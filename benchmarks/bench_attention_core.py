@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from results import table_section  # noqa: E402  (this directory)
+from results import cpu_model, table_section  # noqa: E402  (this directory)
 
 HEADING = "## Attention core and dropout masks, before and after (one process)"
 
@@ -137,7 +136,7 @@ def main():
         HEADING,
         f"Command: `python benchmarks/bench_attention_core.py --old <worktree of "
         f"{commit(args.old)}> --write`, this checkout at {commit(ROOT)}. Device: "
-        f"{jax.devices()[0].platform}, {os.cpu_count()} cores ({platform.processor() or platform.machine()}); "
+        f"{jax.devices()[0].platform}, {os.cpu_count()} cores ({cpu_model()}); "
         f"load average when it finished {os.getloadavg()[0]:.1f}. float32; one jitted gradient "
         "with respect to q, k and v (attention) or x (dropout); median milliseconds per call, the "
         "two checkouts called in turn; glibc malloc on huge pages as the CLI runs.",

@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 
-from results import best_seconds, write_section  # benchmarks/results.py (this script's directory)
+from results import best_seconds, cpu_model, write_section  # benchmarks/results.py (this script's directory)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTION = "## The one core vs the four pipelines (side by side)"
@@ -227,7 +226,7 @@ def main() -> None:
     text = "\n".join([
         SECTION, "",
         f"Command: `python benchmarks/bench_core.py --old <worktree of the parent of the one-core "
-        f"commits> --repeats {args.repeats} --write`. Hardware: {platform.processor() or 'x86_64'}, "
+        f"commits> --repeats {args.repeats} --write`. Hardware: {cpu_model()}, "
         f"{os.cpu_count()} cores, CPU backend; load average {load_before:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after. Each number is one fresh process; old and new alternate "
         "(A B A B). train: the small AD model (2x64, batch 64 x 100), 10 steps per jitted call. "

@@ -18,10 +18,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import platform
 import resource
 import tempfile
 import time
+
+from results import cpu_model  # benchmarks/results.py (this script's directory)
 
 
 def main():
@@ -53,7 +54,7 @@ def main():
             print(f"| {args.preset} | {dataset_id} | {data.num_episodes} | "
                   f"{int(data.lengths.sum()):,} | {data.metadata['generation_seconds']:.1f} | "
                   f"{total:.1f} | {size / 2**20:.1f} | {peak:.2f} |")
-    print(f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+    print(f"host: {cpu_model()}, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
 
 

@@ -17,13 +17,12 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import resource
 import subprocess
 import sys
 import time
 
-from results import write_section  # benchmarks/results.py (this script's directory)
+from results import cpu_model, write_section  # benchmarks/results.py (this script's directory)
 
 SECTION = "## Learning-history generation"
 #: Tasks per jitted call: 10k tasks at once fall out of cache (measured 7.5 s vs ~5 s for TS and
@@ -173,7 +172,7 @@ def main():
     lines = [
         SECTION, "",
         f"Command: `python benchmarks/bench_histories.py{' --quick' if args.quick else ''}` "
-        f"({n} histories per workload). Hardware: {platform.processor() or platform.machine()}, "
+        f"({n} histories per workload). Hardware: {cpu_model()}, "
         f"{os.cpu_count()} CPU cores **shared with other engineers' jobs** (load average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after), jax {jax.__version__} CPU, "
         f"float32 only, chunk_size={CHUNK} tasks per jitted call. Times exclude compilation (best of repeats, `block_until_ready`); "

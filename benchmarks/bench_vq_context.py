@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
+
+from results import cpu_model  # benchmarks/results.py (this script's directory)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTION = "## AD + VQ n-grams in context: codes kept per frame vs recomputed over the window"
@@ -115,7 +116,7 @@ def main() -> None:
     lines = [
         SECTION, "",
         f"`python benchmarks/bench_vq_context.py --envs {args.envs} --steps {args.steps} "
-        f"--repeats {args.repeats}` on {platform.processor() or platform.machine()}, "
+        f"--repeats {args.repeats}` on {cpu_model()}, "
         f"{os.cpu_count()} cores, load average {load:.1f} at the end. Miniworld `quick_ngram` "
         f"shapes (context {context}, 64x64 frames, CNN on 16x16, VQ-VAE 4x4 codes on 16x16), "
         f"{args.envs} envs per call, {steps} steps; variants alternating in one process.", "",
