@@ -34,6 +34,14 @@ def episode_returns_ragged(rewards, dones) -> list[np.ndarray]:
     return [row[: int(count)] for row, count in zip(returns, dones.sum(1))]
 
 
+def rollout_episode_returns(rollout: dict[str, np.ndarray], num_steps: int) -> np.ndarray:
+    """Each rollout's complete episodes' returns in order: `rewards`, `dones` `(N, T)` ->
+    float32 `(N, E)`, NaN-padded on the right, E the most episodes any rollout completed (>= 1).
+    """
+    returns = np.asarray(episode_returns(rollout["rewards"], rollout["dones"], num_steps))
+    return returns[:, : max(int((~np.isnan(returns)).sum(1).max()), 1)]
+
+
 def last_episodes(returns: np.ndarray, window: int) -> np.ndarray:
     """Each row's last `window` complete episodes: returns `(N, E)` NaN-padded on the right
     (episodes that end early give rows their own episode counts) -> `(N, window)`, NaN where a
@@ -132,7 +140,7 @@ def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
         return dict(final_regret=float(regret[:, -1].mean()),
                     final_step_regret=float(step_regret[:, -int(final_window):].mean())
                     ), regret
-    returns = np.asarray(episode_returns(rollout["rewards"], rollout["dones"], num_steps))
+    returns = rollout_episode_returns(rollout, num_steps)
     reached = ~np.isnan(returns)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # rollouts without a complete episode

@@ -9,8 +9,9 @@ stage names a method or an environment.
 `<workdir>/` holds: `config.json` (resolved config), the dataset (`histories.npz` or a pixel
 store, unless `data.path` points elsewhere; with n-gram layers on VQ codes, the store's `vq/`
 holds the VQ-VAE that `train` pretrains first, `vq_pretrain.py`), `metrics.jsonl` and
-`tensorboard/` (training and evaluation scalars), `checkpoints/` (orbax), `eval.json` and
-`in_context_curves.png`; `icrl-jax report` adds `seed_*/variants.json` and `report/`,
+`tensorboard/` (training and evaluation scalars), `checkpoints/` (orbax), `eval.json`,
+`eval_rollouts.npz` (per rollout: each policy's episode returns, or regret curve, and task id)
+and `in_context_curves.png`; `icrl-jax report` adds `seed_*/variants.json` and `report/`,
 `icrl-jax sweep` `results.jsonl` and `emp.*`.
 """
 
@@ -172,17 +173,23 @@ def load_params(config, env, method, data=None):
                             method.signature(config, env))
 
 
-def eval_tasks(env, config, which: str = "", actions: str | None = None, same_count=False):
-    """The evaluation tasks (`eval.num_envs_per_task` rollouts of each): batched EnvParams of
-    a JAX env (with the action set `actions`, if given) or task rows of a host simulator.
-    `same_count`: train-task evaluation uses as many tasks as the held-out one."""
+def eval_task_ids(env, config, which: str = "", same_count=False) -> np.ndarray:
+    """The task id (JAX env) or task row (host simulator) of each evaluation rollout, in order:
+    `(N,)` or `(N, ...)`, N = tasks x `eval.num_envs_per_task` (`eval_tasks` has the rest)."""
     which = which or config.eval.tasks
     if which not in ("test", "train"):
         raise UserError(f"eval.tasks must be 'test' or 'train', got {which!r}")
     train_ids, test_ids = task_split(env, config)
     ids = test_ids if which == "test" else (train_ids[: len(test_ids)] if same_count
                                             else train_ids)
-    ids = np.repeat(ids, config.eval.num_envs_per_task, axis=0)
+    return np.repeat(ids, config.eval.num_envs_per_task, axis=0)
+
+
+def eval_tasks(env, config, which: str = "", actions: str | None = None, same_count=False):
+    """The evaluation tasks (`eval.num_envs_per_task` rollouts of each): batched EnvParams of
+    a JAX env (with the action set `actions`, if given) or task rows of a host simulator.
+    `same_count`: train-task evaluation uses as many tasks as the held-out one."""
+    ids = eval_task_ids(env, config, which, same_count)
     if env.host:
         return ids
     return env.task_params(ids, actions=actions) if actions else env.task_params(ids)
@@ -227,8 +234,8 @@ def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
 
 def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     """Roll out the trained model on the evaluation tasks next to the baselines; writes
-    `eval.json` (`evals/step_<step>.json` for `params` of an earlier training `step`),
-    `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
+    `eval.json` and `eval_rollouts.npz` (`evals/step_<step>*` for `params` of an earlier
+    training `step`), `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
     env = build_env(config)
     method = build_method(config, env)
     rows = process_share(config, env)
@@ -255,16 +262,23 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     results["curves"] = {n: M.mean_curve(c) for n, c in curves.items()}
     if not is_main_process():  # every process rolls out on its own devices; one writes
         return results
+    # Per rollout, for analyses the means hide (e.g. how often the return is 0, 1 or 2).
+    bandit = env.kind == envs.BANDIT
+    per_rollout = {
+        f"{name}_regret" if bandit else f"{name}_returns": (
+            np.asarray(curves[name], np.float32) if bandit
+            else M.rollout_episode_returns(rollout, config.eval.num_steps))
+        for name, rollout in rollouts.items()}
+    per_rollout["task_ids"] = eval_task_ids(env, config)
     results.update(method.write_analysis(params, {n: r.get("policy_state")
                                                   for n, r in rollouts.items()}, config, env))
-    bandit = env.kind == envs.BANDIT
     results["plot"] = plot_curves(
         curves,
         os.path.join(config.workdir, "in_context_curves.png"),
         xlabel="step" if bandit else "in-context episode",
         ylabel="cumulative regret" if bandit else "return",
         title=f"{config.experiment}: {config.eval.tasks} tasks")
-    return write_eval_results(config, results, step)
+    return write_eval_results(config, results, step, per_rollout)
 
 
 def _return_stats(returns: np.ndarray, across_processes: bool) -> dict[str, float]:
@@ -280,16 +294,19 @@ def _return_stats(returns: np.ndarray, across_processes: bool) -> dict[str, floa
     return dict(dataset_return_mean=float(stats[0] / stats[1]), dataset_return_max=float(stats[2]))
 
 
-def write_eval_results(config, results: dict[str, Any], step: int | None = None
-                       ) -> dict[str, Any]:
+def write_eval_results(config, results: dict[str, Any], step: int | None = None,
+                       per_rollout: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Store an evaluation of the parameters at training `step` (default: the final one):
-    `eval.json` (`evals/step_<step>.json` before the end), its float metrics in the run's
+    `eval.json` (`evals/step_<step>.json` before the end) and `per_rollout`'s arrays next to it
+    (`eval_rollouts.npz`, `evals/step_<step>_rollouts.npz`), its float metrics in the run's
     metric logs at that step, and a printout of its scalars. Returns `results`."""
     step = int(config.train.num_steps) if step is None else int(step)
     path = _eval_path(config, step)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(dict(results, step=step), f, indent=1)
+    if per_rollout:
+        np.savez_compressed(path[: -len(".json")] + "_rollouts.npz", **per_rollout)
     logger = MetricsLogger(config.workdir, "eval")
     logger.write(step, {k: v for k, v in results.items() if isinstance(v, float)})
     logger.close()

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from icrl_jax.config import apply_preset, set_dotted
@@ -41,6 +42,12 @@ def test_train_writes_the_whole_work_directory(tmp_path):
     assert results["num_envs"] == 4
     # 100 steps of 50-step episodes: two complete episodes per environment.
     assert len(results["curves"]["model"]) == 2
+    # Per rollout (one per held-out task): each policy's episode returns, and the task ids.
+    rollouts = np.load(workdir / "eval_rollouts.npz")
+    assert rollouts["model_returns"].shape == rollouts["source_returns"].shape == (4, 2)
+    assert rollouts["model_returns"][:, -1].mean() == pytest.approx(
+        results["model_last_episode_return"])
+    assert len(set(rollouts["task_ids"].tolist())) == 4
     phases = {json.loads(line)["phase"] for line in (workdir / "metrics.jsonl").read_text().splitlines()}
     assert phases == {"train", "eval"}
     # Running train again resumes from the final checkpoint: no training steps left to do.

@@ -13,6 +13,15 @@ def test_episode_returns_split_at_dones_and_drop_the_incomplete_tail():
     assert np.isnan(returns[0, 2:]).all()
 
 
+def test_rollout_episode_returns_keep_as_many_columns_as_the_longest_row():
+    rewards = np.array([[1, 0, 1, 1, 0, 1], [0, 2, 0, 0, 0, 0]], np.float32)
+    dones = np.array([[0, 1, 0, 0, 1, 1], [0, 1, 0, 0, 0, 0]], bool)  # 3 episodes and 1
+    returns = M.rollout_episode_returns(dict(rewards=rewards, dones=dones), num_steps=6)
+    np.testing.assert_array_equal(returns, [[1.0, 2.0, 1.0], [2.0, np.nan, np.nan]])
+    no_episode = dict(rewards=rewards, dones=np.zeros_like(dones))
+    assert M.rollout_episode_returns(no_episode, num_steps=6).shape == (2, 1)
+
+
 def test_cumulative_regret_and_normalised_score():
     optimal = np.full((1, 4), 0.9, np.float32)
     chosen = np.array([[0.1, 0.9, 0.9, 0.5]], np.float32)
