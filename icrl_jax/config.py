@@ -115,6 +115,9 @@ def base_config() -> ml_collections.ConfigDict:
     config.model.label_smoothing = 0.0
     # Grid worlds: add the cell's (row, column) features to its id embedding.
     config.model.grid_observations = False
+    # AD: mark each episode's first step in its token (a learned vector), so the model need not
+    # infer resets from the observations (a Key-to-Door agent must know when its key is gone).
+    config.model.episode_starts = False
     # N-gram layers (enabled by model.ngram_positions): which step ids they match.
     config.model.ngram_match = "transition"  # transition | observation | vq | a registered id fn
     # ngram_match="vq": directory of the pretrained VQ-VAE (config.json + model.safetensors);

@@ -18,22 +18,27 @@ from icrl_jax.models.transformer import default_transformer_config
 CONTEXT = 12
 
 
-def tiny_ad(env):
+def tiny_ad(env, **overrides):
     config = default_transformer_config()
     config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
-                       label_smoothing=0.0))
+                       label_smoothing=0.0, **overrides))
     return AD(config, env.num_actions, env.num_observations)
 
 
-def test_greedy_rollout_matches_the_model_on_training_windows():
+@pytest.mark.parametrize("episode_starts", [False, True])
+def test_greedy_rollout_matches_the_model_on_training_windows(episode_starts):
     """Every action of a greedy rollout is the argmax the model gives on the same steps laid out
-    as a training window, both while the context fills and after it starts sliding."""
-    env = envs.make("darkroom")
-    method = tiny_ad(env)
+    as a training window, both while the context fills and after it starts sliding; with
+    episode starts marked (5-step episodes), the rollout marks the steps the dataset does."""
+    env = envs.make("darkroom", episode_length=5)
+    method = tiny_ad(env, episode_starts=episode_starts)
     task_params = env.task_params(np.array([3, 40]))
     probe = to_step_windows(generate_histories(env, envs_random(), task_params, CONTEXT,
                                                jax.random.PRNGKey(0)))
     params = method.init(jax.random.PRNGKey(1), probe)
+    if episode_starts:  # away from the start vector's small initialisation, so it matters
+        params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(4),
+                                                                    x.shape), params)
     steps = CONTEXT + 6
     history = generate_histories(env, in_context_source(method, params, env, CONTEXT, True),
                                  task_params, steps, jax.random.PRNGKey(2))
@@ -90,12 +95,13 @@ def test_non_positive_temperature_is_a_clear_error():
     ("learned", {}), ("rotary", {}),
     ("learned", dict(ngram_positions=(0, 2), ngram_max=3)),
     ("rotary", dict(ngram_positions=(1,), ngram_max=2, ngram_latest=True,
-                    ngram_match="observation"))])
+                    ngram_match="observation", episode_starts=True))])
 def test_ad_cached_decoding_equals_the_full_forward_pass(position, ngrams):
     """AD decoded step by step (and in blocks) from a cache gives the logits of the whole
     context at once, grid-cell features included, and with n-gram layers (uniform over all
-    matches, or the latest one) before, between and after the attention blocks."""
-    env = envs.make("darkroom")
+    matches, or the latest one) before, between and after the attention blocks, and with
+    episode starts marked (5-step episodes)."""
+    env = envs.make("darkroom", episode_length=5)
     config = default_transformer_config()
     config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
                        label_smoothing=0.0, position=position, **ngrams))
@@ -119,12 +125,14 @@ def test_ad_cached_decoding_equals_the_full_forward_pass(position, ngrams):
     np.testing.assert_allclose(np.concatenate(pieces, 1), full, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("ngrams", [{}, dict(ngram_positions=(0, 1), ngram_max=2)])
+@pytest.mark.parametrize("ngrams", [{}, dict(ngram_positions=(0, 1), ngram_max=2,
+                                             episode_starts=True)])
 def test_ad_rollout_that_fits_the_context_decodes_from_a_cache_same_actions(ngrams):
     """A Dark Room rollout no longer than the context: the cached in-context policy and the one
     that recomputes the window every step sample the same actions, with n-gram layers too (the
-    cache keeps each step's ids and the layers' inputs)."""
-    env = envs.make("darkroom")
+    cache keeps each step's ids and the layers' inputs) and episode starts marked (5-step
+    episodes)."""
+    env = envs.make("darkroom", episode_length=5)
     config = default_transformer_config()
     config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
                        label_smoothing=0.0, **ngrams))
@@ -195,13 +203,13 @@ def assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
     cache = method.decode_init(params, example, context_len)  # each env's caches, batch 1
     cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch, num_caches) + x.shape), cache)
     contexts = CachedContext(cache, jnp.zeros(batch, jnp.int32), jnp.zeros(batch, jnp.int32),
-                             jnp.zeros(batch, jnp.float32))
+                             jnp.zeros(batch, jnp.float32), jnp.ones(batch, bool))
 
     @jax.jit
     def decode(contexts, step):
         def one(context, step):
             logits, context = policy.decode_step(params, context, step)
-            return logits, policy.record_step(context, jnp.int32(0), jnp.float32(0))
+            return logits, policy.record_step(context, jnp.int32(0), jnp.float32(0), jnp.bool_(False))
         return jax.vmap(one)(contexts, step)
 
     lengths = set()

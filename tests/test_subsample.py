@@ -60,6 +60,8 @@ def test_fixed_length_episodes_keep_every_kth():
     assert int(windows.prev_actions[0, 5]) == int(history.actions[0, 4])  # episode 0 -> 3
     assert float(windows.prev_rewards[1, 10]) == float(history.rewards[1, 34])  # 3 -> 6
     assert int(windows.prev_actions[0, 0]) == 5  # no action before the history's first step
+    # Kept episodes start at steps 0, 5 and 10 of the joined stream.
+    assert [list(np.nonzero(s)[0]) for s in windows.episode_starts] == [[0, 5, 10]] * 2
 
 
 def test_identity_and_bad_values():
@@ -98,6 +100,11 @@ def test_windows_come_from_valid_steps_only():
     obs = np.asarray(batch.observations)
     assert batch.lengths is None
     assert (obs > 0).all()  # no padding step ever enters a window
+    # A step starts an episode exactly when its observation does in the original history.
+    first_steps = {int(history.observations[r, t]) for r in range(history.num_histories)
+                   for t in range(history.length) if t == 0 or history.dones[r, t - 1]}
+    np.testing.assert_array_equal(np.asarray(batch.episode_starts),
+                                  np.isin(obs, sorted(first_steps)))
     # Every valid start of every row is drawn (uniform over [0, length - window]).
     starts = {(int(o[0]) // 1000, int(o[0]) % 1000) for o in obs}
     for row in range(3):

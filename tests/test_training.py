@@ -152,11 +152,47 @@ def test_sliding_context_keeps_the_last_steps_in_order():
     for t in range(5):
         context, index = push_observation(context, jnp.int32(10 + t))
         assert int(index) == min(t, 2)
-        context = record_outcome(context, jnp.int32(t % NUM_ACTIONS), jnp.float32(t))
+        if t == 0:  # the rollout's first observation starts an episode
+            assert bool(context.window.episode_starts[0, 0])
+        context = record_outcome(context, jnp.int32(t % NUM_ACTIONS), jnp.float32(t),
+                                 jnp.bool_(t == 2))  # step 2 ends an episode
     window = context.window
     np.testing.assert_array_equal(window.observations[0], [12, 13, 14])
     np.testing.assert_array_equal(window.prev_actions[0], [1, 2, 3])  # actions of steps 1..3
     np.testing.assert_array_equal(window.prev_rewards[0], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(window.episode_starts[0], [False, True, False])  # step 3
+
+
+def start_marking_history(n=32, t=64, seed=0) -> History:
+    """The action is 0 on an episode's first step and 1 after it. Episodes end at random (1 in
+    4 steps) and the observation and reward never change, so only the episode-start flag tells
+    a reset apart from the step after an action 1."""
+    rng = np.random.default_rng(seed)
+    dones = rng.random((n, t)) < 0.25
+    starts = np.concatenate([np.ones((n, 1), bool), dones[:, :-1]], axis=1)
+    return History(observations=np.zeros((n, t), np.int32),
+                   actions=np.where(starts, 0, 1).astype(np.int32),
+                   rewards=np.zeros((n, t), np.float32), dones=dones,
+                   task_ids=np.arange(n, dtype=np.int32),
+                   action_mask=np.ones((n, NUM_ACTIONS), bool))
+
+
+def test_episode_starts_let_ad_tell_resets_it_cannot_see(tmp_path):
+    data = on_device(to_step_windows(start_marking_history()), sample_windows, 16)
+    config = tiny_train_config(num_steps=200, steps_per_call=50, log_every=50,
+                               checkpoint_every=200)
+    batch = sample_windows(data.arrays, jax.random.PRNGKey(5), 64, 16)
+    accuracy = {}
+    for marked in (False, True):
+        method = tiny_method(episode_starts=marked)
+        state = train(method, data, config, str(tmp_path / str(marked)), {"marked": marked},
+                      show_progress=False)
+        _, metrics = method.loss(state.params, batch, jax.random.PRNGKey(0), deterministic=True)
+        accuracy[marked] = float(metrics["accuracy"])
+    # Unmarked, a reset after an action 1 looks like any later step (about 1 step in 5).
+    assert accuracy[True] > 0.98 and accuracy[False] < 0.9, accuracy
+    with pytest.raises(ValueError, match="do not say where episodes start"):
+        method.loss(state.params, batch.replace(episode_starts=None), jax.random.PRNGKey(0))
 
 
 def test_first_token_has_no_previous_action():

@@ -30,6 +30,10 @@ class StepWindows:
       lengths: int32 `(N,)` or None: the valid steps of each row (rows padded at the end to a
         common length; only `subsample_episodes` of histories with early-ending episodes
         makes ragged rows). None: every row is valid to its end. Sampled windows carry None.
+      episode_starts: bool `(B, L)` or None: o_t is the first observation of an episode (a
+        history's first step, and every step after a `done`): the reset every agent is told
+        of, which the other fields show only indirectly. None where the data does not say
+        (pixel stores); models read it only with `model.episode_starts`.
     """
 
     observations: jax.Array
@@ -38,6 +42,7 @@ class StepWindows:
     actions: jax.Array
     action_mask: jax.Array
     lengths: jax.Array | None = None
+    episode_starts: jax.Array | None = None
 
 
 def to_step_windows(history: History, lengths: np.ndarray | None = None) -> StepWindows:
@@ -53,6 +58,7 @@ def to_step_windows(history: History, lengths: np.ndarray | None = None) -> Step
         actions=actions,
         action_mask=jnp.asarray(history.action_mask, bool),
         lengths=None if lengths is None else jnp.asarray(lengths, jnp.int32),
+        episode_starts=shift_right(jnp.asarray(history.dones, bool), True),
     )
 
 
@@ -158,6 +164,8 @@ def sample_windows(data: StepWindows, key: jax.Array, batch_size: int, window: i
             prev_rewards=window_at(data.prev_rewards, row, start, window),
             actions=window_at(data.actions, row, start, window),
             action_mask=data.action_mask[row],
+            episode_starts=(None if data.episode_starts is None
+                            else window_at(data.episode_starts, row, start, window)),
         )
 
     return jax.vmap(window_of)(rows, starts)

@@ -254,6 +254,9 @@ class HeadlessAD(InContextMethod):
     def __init__(self, model_config: ml_collections.ConfigDict, num_observations: int | None,
                  grid_size: int | None = None):
         self.config = model_config
+        if model_config.get("episode_starts", False):
+            raise ValueError("model.episode_starts is an AD option; Headless-AD's tokens do not "
+                             "mark episode starts")
         if model_config.loss not in LOSSES:
             raise ValueError(f"unknown loss {model_config.loss!r}; valid: {LOSSES}")
         if model_config.embeddings not in EMBEDDING_KINDS:

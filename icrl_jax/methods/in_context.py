@@ -45,12 +45,15 @@ class ContextState:
       filled: int32 number of steps written so far (saturates meaning at L).
       last_action: int32 action of the previous step (`num_actions` before the first).
       last_reward: float32 reward of the previous step.
+      last_done: bool, the previous step ended an episode (True before the first): the next
+        observation starts one.
     """
 
     window: StepWindows
     filled: jax.Array
     last_action: jax.Array
     last_reward: jax.Array
+    last_done: jax.Array
 
 
 def empty_context(length: int, observation_example, action_mask: jax.Array) -> ContextState:
@@ -63,14 +66,15 @@ def empty_context(length: int, observation_example, action_mask: jax.Array) -> C
         prev_rewards=jnp.zeros((1, length), jnp.float32),
         actions=jnp.zeros((1, length), jnp.int32),
         action_mask=action_mask[None].astype(bool),
+        episode_starts=jnp.zeros((1, length), bool),
     )
     return ContextState(window, jnp.zeros((), jnp.int32), jnp.asarray(num_actions, jnp.int32),
-                        jnp.zeros((), jnp.float32))
+                        jnp.zeros((), jnp.float32), jnp.ones((), bool))
 
 
 def push_observation(context: ContextState, observation) -> tuple[ContextState, jax.Array]:
-    """Write the token (last action, last reward, observation: an array or a pytree of them);
-    return the new context and the token's position."""
+    """Write the token (last action, last reward, observation: an array or a pytree of them,
+    and whether it starts an episode); return the new context and the token's position."""
     length = context.window.prev_actions.shape[1]
     full = context.filled >= length
     index = jnp.minimum(context.filled, length - 1)
@@ -84,13 +88,16 @@ def push_observation(context: ContextState, observation) -> tuple[ContextState, 
         observations=jax.tree.map(write, context.window.observations, observation),
         prev_actions=write(context.window.prev_actions, context.last_action),
         prev_rewards=write(context.window.prev_rewards, context.last_reward),
+        episode_starts=write(context.window.episode_starts, context.last_done),
     )
     return context.replace(window=window), index
 
 
-def record_outcome(context: ContextState, action: jax.Array, reward: jax.Array) -> ContextState:
+def record_outcome(context: ContextState, action: jax.Array, reward: jax.Array,
+                   done: jax.Array = jnp.zeros((), bool)) -> ContextState:
     return context.replace(filled=context.filled + 1, last_action=action.astype(jnp.int32),
-                           last_reward=reward.astype(jnp.float32))
+                           last_reward=reward.astype(jnp.float32),
+                           last_done=jnp.asarray(done, bool))
 
 
 @flax.struct.dataclass
@@ -101,13 +108,15 @@ class CachedContext:
       cache: the method's cache (per-layer keys and values, batch 1); staggered caches
         (`InContextPolicy.staggered`) stack m of them on a leading axis.
       step: int32 steps written so far.
-      last_action, last_reward: the previous step's action and reward (as in `ContextState`).
+      last_action, last_reward, last_done: the previous step's action, reward and end of
+        episode (as in `ContextState`).
     """
 
     cache: Any
     step: jax.Array
     last_action: jax.Array
     last_reward: jax.Array
+    last_done: jax.Array
 
 
 def staggered_slots(step: jax.Array, length: int, num_caches: int
@@ -128,13 +137,14 @@ def staggered_slots(step: jax.Array, length: int, num_caches: int
     return slots, jnp.argmax(jnp.where(step >= starts, slots, -1)).astype(jnp.int32)
 
 
-def _step_window(observation, last_action, last_reward, action_mask) -> StepWindows:
+def _step_window(observation, last_action, last_reward, last_done, action_mask) -> StepWindows:
     """One step as a `(1, 1)` window for `decode_logits`."""
     return StepWindows(observations=observation[None, None],
                        prev_actions=last_action.reshape(1, 1).astype(jnp.int32),
                        prev_rewards=last_reward.reshape(1, 1).astype(jnp.float32),
                        actions=jnp.zeros((1, 1), jnp.int32),
-                       action_mask=action_mask[None].astype(bool))
+                       action_mask=action_mask[None].astype(bool),
+                       episode_starts=jnp.reshape(last_done, (1, 1)).astype(bool))
 
 
 def _observation_dtype(env):
@@ -208,7 +218,8 @@ class InContextPolicy:
 
         def update(key, context, transition, env_params):
             del key, env_params
-            return record_outcome(context, transition.action, transition.reward)
+            return record_outcome(context, transition.action, transition.reward,
+                                  transition.done)
 
         return Source(init, act, update, name=f"{method.name}_in_context")
 
@@ -223,19 +234,21 @@ class InContextPolicy:
             del key
             action_mask = env.action_mask(env_params)
             observation = jnp.zeros(env.observation_shape, _observation_dtype(env))
-            example = _step_window(observation, jnp.int32(0), jnp.float32(0), action_mask)
+            example = _step_window(observation, jnp.int32(0), jnp.float32(0), jnp.bool_(True),
+                                   action_mask)
             cache = method.decode_init(params, example, slots)
             if self.staggered:
                 cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_caches,) + x.shape),
                                      cache)
             return CachedContext(cache, jnp.zeros((), jnp.int32),
                                  jnp.asarray(action_mask.shape[-1], jnp.int32),
-                                 jnp.zeros((), jnp.float32))
+                                 jnp.zeros((), jnp.float32), jnp.ones((), bool))
 
         def act(key, context, obs, env_state, env_params):
             del env_state
             mask = env.action_mask(env_params)
-            step = _step_window(obs, context.last_action, context.last_reward, mask)
+            step = _step_window(obs, context.last_action, context.last_reward, context.last_done,
+                                mask)
             logits, context = self.decode_step(params, context, step)
             _, action_key = jax.random.split(key)  # the keys of the sliding-window policy
             action = select_actions(action_key, logits[0, 0], mask, self.greedy,
@@ -244,7 +257,8 @@ class InContextPolicy:
 
         def update(key, context, transition, env_params):
             del key, env_params
-            return self.record_step(context, transition.action, transition.reward)
+            return self.record_step(context, transition.action, transition.reward,
+                                    transition.done)
 
         return Source(init, act, update, name=f"{method.name}_in_context")
 
@@ -263,10 +277,10 @@ class InContextPolicy:
         return logits[acting], context.replace(cache=cache)
 
     @staticmethod
-    def record_step(context: CachedContext, action: jax.Array, reward: jax.Array
-                    ) -> CachedContext:
-        return CachedContext(context.cache, context.step + 1,
-                             action.astype(jnp.int32), reward.astype(jnp.float32))
+    def record_step(context: CachedContext, action: jax.Array, reward: jax.Array,
+                    done: jax.Array) -> CachedContext:
+        return CachedContext(context.cache, context.step + 1, action.astype(jnp.int32),
+                             reward.astype(jnp.float32), jnp.asarray(done, bool))
 
 
 def in_context_source(method, params, env, context_len: int, greedy: bool,

@@ -80,6 +80,8 @@ class ADStepTokens(nn.Module):
 
     `prev_actions` may be int ids `(B, T)` (embedded by a table with one extra "no previous
     action" row, id = `num_actions`) or precomputed float embeddings `(B, T, E)` (Headless-AD).
+    `episode_starts` (bool `(B, T)`, optional): a learned `(D,)` vector is added to the tokens
+    of episodes' first steps.
 
     Computed with the mixing map folded into each part, which is the same function of the same
     parameters: ids read rows of a table already multiplied by their block of the mixing
@@ -95,7 +97,7 @@ class ADStepTokens(nn.Module):
     grid_size: int | None = None
 
     @nn.compact
-    def __call__(self, observations, prev_actions, prev_rewards):
+    def __call__(self, observations, prev_actions, prev_rewards, episode_starts=None):
         d = self.d_model
         mix_kernel, mix_bias = _DenseParameters(3 * d, d, name="mix")()
         obs_tokens = ObservationEmbedding(d, self.num_observations, self.grid_size,
@@ -112,7 +114,11 @@ class ADStepTokens(nn.Module):
         reward_kernel = reward_kernel @ mix_kernel[2 * d:]  # (1, D)
         reward_tokens = (prev_rewards[..., None].astype(reward_kernel.dtype) * reward_kernel
                          + reward_bias @ mix_kernel[2 * d:])
-        return obs_tokens + action_tokens + reward_tokens
+        tokens = obs_tokens + action_tokens + reward_tokens
+        if episode_starts is None:
+            return tokens
+        start = self.param("episode_start", nn.initializers.normal(0.02), (d,))
+        return tokens + episode_starts[..., None].astype(start.dtype) * start
 
 
 def shift_right(x: jax.Array, fill) -> jax.Array:
