@@ -118,7 +118,7 @@ def run_columns(config) -> dict[str, str]:
 def _training_curve(workdir: str, key: str) -> list[float]:
     """`key` of a run's evaluations in training order: those during training (`eval.every`,
     evals/step_*.json), then the final eval.json (NaN where a file lacks it)."""
-    names = sorted(os.listdir(os.path.join(workdir, "evals"))
+    names = sorted(n for n in os.listdir(os.path.join(workdir, "evals")) if n.endswith(".json")
                    ) if os.path.isdir(os.path.join(workdir, "evals")) else []
     paths = [os.path.join(workdir, "evals", n) for n in names] + [
         os.path.join(workdir, "eval.json")]

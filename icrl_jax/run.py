@@ -234,8 +234,9 @@ def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
 
 def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     """Roll out the trained model on the evaluation tasks next to the baselines; writes
-    `eval.json` and `eval_rollouts.npz` (`evals/step_<step>*` for `params` of an earlier
-    training `step`), `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
+    `eval.json` and `eval_rollouts.npz` (`evals/step_<step>.json` and
+    `eval_rollouts/step_<step>.npz` for `params` of an earlier training `step`),
+    `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
     env = build_env(config)
     method = build_method(config, env)
     rows = process_share(config, env)
@@ -297,16 +298,20 @@ def _return_stats(returns: np.ndarray, across_processes: bool) -> dict[str, floa
 def write_eval_results(config, results: dict[str, Any], step: int | None = None,
                        per_rollout: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Store an evaluation of the parameters at training `step` (default: the final one):
-    `eval.json` (`evals/step_<step>.json` before the end) and `per_rollout`'s arrays next to it
-    (`eval_rollouts.npz`, `evals/step_<step>_rollouts.npz`), its float metrics in the run's
-    metric logs at that step, and a printout of its scalars. Returns `results`."""
+    `eval.json` (`evals/step_<step>.json` before the end), `per_rollout`'s arrays
+    (`eval_rollouts.npz`; `eval_rollouts/step_<step>.npz` before the end), its float metrics in
+    the run's metric logs at that step, and a printout of its scalars. Returns `results`."""
     step = int(config.train.num_steps) if step is None else int(step)
     path = _eval_path(config, step)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(dict(results, step=step), f, indent=1)
-    if per_rollout:
-        np.savez_compressed(path[: -len(".json")] + "_rollouts.npz", **per_rollout)
+    if per_rollout:  # outside evals/, which holds one JSON file per evaluation
+        final = step >= int(config.train.num_steps)
+        arrays = os.path.join(config.workdir, "eval_rollouts.npz" if final else
+                              os.path.join("eval_rollouts", f"step_{step:08d}.npz"))
+        os.makedirs(os.path.dirname(arrays), exist_ok=True)
+        np.savez_compressed(arrays, **per_rollout)
     logger = MetricsLogger(config.workdir, "eval")
     logger.write(step, {k: v for k, v in results.items() if isinstance(v, float)})
     logger.close()

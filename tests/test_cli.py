@@ -103,6 +103,8 @@ def test_evaluations_during_training_are_kept_per_step_and_not_redone(tmp_path):
     run_cli(*args)
     during = sorted(p.name for p in (workdir / "evals").iterdir())
     assert during == ["step_00000010.json", "step_00000020.json"]
+    assert sorted(p.name for p in (workdir / "eval_rollouts").iterdir()) == [
+        "step_00000010.npz", "step_00000020.npz"]
     assert json.loads((workdir / "evals" / during[0]).read_text())["step"] == 10
     assert json.loads((workdir / "eval.json").read_text())["step"] == 30
 
