@@ -94,7 +94,7 @@ def push_observation(context: ContextState, observation) -> tuple[ContextState, 
 
 
 def record_outcome(context: ContextState, action: jax.Array, reward: jax.Array,
-                   done: jax.Array = jnp.zeros((), bool)) -> ContextState:
+                   done: jax.Array | bool = False) -> ContextState:
     return context.replace(filled=context.filled + 1, last_action=action.astype(jnp.int32),
                            last_reward=reward.astype(jnp.float32),
                            last_done=jnp.asarray(done, bool))
