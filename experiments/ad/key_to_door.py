@@ -80,7 +80,8 @@ PRESETS["qlearning_cpu_deep"] = dict(PRESETS["qlearning_cpu"], **{
 # The dropout recipe with each episode's first step marked in its token (`model.episode_starts`).
 # Dark Key-to-Door's observation is the cell alone, so without the mark a model must tell a
 # time-out reset from the cells it visits to know its key is gone; the 2x64 model fits even
-# its training goals only to about 1.33 of 2.0 (issue 19 part 3).
+# its training goals only to about 1.33 of 2.0 (issue 19 part 3). Seed 0: 1.45 on held-out
+# goals, against 1.18 without the mark (README).
 PRESETS["qlearning_cpu_starts"] = dict(PRESETS["qlearning_cpu_dropout"],
                                        **{"model.episode_starts": True})
 # Each with its plain-AD twin (`_ad`): the same data and budget, no n-gram layer.
