@@ -365,6 +365,17 @@ def measure_sweep_replicas(num_replicas: int, calls: int, precision="fp32"):
     return _measure_experiment(config, calls, 10, assignments if num_replicas else None)
 
 
+def measure_key_to_door(ngram: bool, calls: int, precision="fp32"):
+    """Issue 19 part 3's Key-to-Door recipe, `ad/key_to_door.py:qlearning_cpu_starts` (AD +
+    a 1-gram layer) or its plain-AD twin: 2 x 64, 4 heads, batch 64 x 200 steps, dropout 0.3 /
+    0.2, episode starts marked, on Q-learning histories of its 100 training goals; 10 steps a
+    call (the preset runs 50)."""
+    from experiments.ad.key_to_door import get_config
+    config = get_config("qlearning_cpu_starts" + ("" if ngram else "_ad"))
+    config.train.compute_dtype = precision
+    return _measure_experiment(config, calls, 10)
+
+
 def measure_headless_paper(batch: int, calls: int, precision="fp32"):
     """Headless-AD at the paper's bandit scale (Table 3: 4 layers, d 512, 64 heads, rotary, a
     300-step context) on Thompson-sampling histories of 64 bandits with 4-20 arms, one optimiser
@@ -398,6 +409,10 @@ ROWS_BEFORE_AFTER = {
               lambda calls: measure(*SIZES["small (quick presets)"], calls)),
     "main_job": ("`ad/darkroom.py:quick_oracle` (+1-gram layer, dropout 0.1), 64x100",
                  measure_main_job),
+    "key_to_door": ("`ad/key_to_door.py:qlearning_cpu_starts` (+1-gram layer, dropout 0.3 / 0.2, "
+                    "episode starts), 2x64, 64x200", lambda calls: measure_key_to_door(True, calls)),
+    "key_to_door_ad": ("`ad/key_to_door.py:qlearning_cpu_starts_ad` (the same without the "
+                       "n-gram layer), 2x64, 64x200", lambda calls: measure_key_to_door(False, calls)),
     "medium": ("medium, 4x256, 8 heads, 64x200", lambda calls: measure(*SIZES["medium"], calls)),
     "headless_paper_4": ("Headless-AD paper scale, 4x512, 64 heads, batch 4 x 300",
                          lambda calls: measure_headless_paper(4, calls)),

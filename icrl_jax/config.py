@@ -119,7 +119,9 @@ def base_config() -> ml_collections.ConfigDict:
     # infer resets from the observations (a Key-to-Door agent must know when its key is gone).
     config.model.episode_starts = False
     # N-gram layers (enabled by model.ngram_positions): which step ids they match.
-    config.model.ngram_match = "transition"  # transition | observation | vq | a registered id fn
+    # transition | observation | observation_return (the cell and the episode's reward so far,
+    # e.g. Key-to-Door's key flag) | vq | a registered id fn
+    config.model.ngram_match = "transition"
     # ngram_match="vq": directory of the pretrained VQ-VAE (config.json + model.safetensors);
     # "" = <dataset>/vq, pretrained there first by `train` when the config has a `vq` section.
     config.model.vq_checkpoint = ""

@@ -9,7 +9,8 @@ import pytest
 import envs
 from icrl_jax.data.dataset import to_step_windows
 from icrl_jax.data.histories import generate_histories
-from icrl_jax.methods.in_context import CachedContext, in_context_source, staggered_slots
+from icrl_jax.methods.in_context import (CachedContext, PreviousStep, in_context_source,
+                                       staggered_slots)
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import mask_logits, select_actions
 from icrl_jax.models.ngram import ngram_pattern
@@ -50,6 +51,28 @@ def test_greedy_rollout_matches_the_model_on_training_windows(episode_starts):
         logits = method.context_logits(params, window, jax.random.PRNGKey(0))
         expected = jnp.argmax(mask_logits(logits[:, t - start], window.action_mask), -1)
         np.testing.assert_array_equal(np.asarray(history.actions[:, t]), np.asarray(expected))
+
+
+def test_rollout_context_lays_out_its_steps_as_the_dataset_does():
+    """After a rollout longer than its context, the sliding window holds the last L steps as
+    `to_step_windows` lays out the recorded history: previous actions and rewards, episode
+    starts, and the reward each step's episode collected before it (Dark Room, 5-step
+    episodes, goals next to the start so that rewards come)."""
+    env = envs.make("darkroom", episode_length=5)
+    method = tiny_ad(env)
+    task_params = env.task_params(np.array([31, 39, 40, 48] * 4))  # the centre's neighbours
+    params = method.init(jax.random.PRNGKey(1), to_step_windows(generate_histories(
+        env, envs_random(), task_params, CONTEXT, jax.random.PRNGKey(0))))
+    policy = in_context_source(method, params, env, CONTEXT, greedy=False)
+    history, info = generate_histories(env, policy, task_params, CONTEXT + 7,
+                                       jax.random.PRNGKey(2), with_state=True)
+    window, expected = info["policy_state"].window, to_step_windows(history)
+    for field in ("observations", "prev_actions", "prev_rewards", "episode_starts",
+                  "episode_returns"):
+        np.testing.assert_array_equal(np.asarray(getattr(window, field))[:, 0],
+                                      np.asarray(getattr(expected, field))[:, -CONTEXT:], field)
+    returns = np.asarray(expected.episode_returns)
+    assert (returns > 0).any() and (returns[np.asarray(expected.episode_starts)] == 0).all()
 
 
 def envs_random():
@@ -95,7 +118,8 @@ def test_non_positive_temperature_is_a_clear_error():
     ("learned", {}), ("rotary", {}),
     ("learned", dict(ngram_positions=(0, 2), ngram_max=3)),
     ("rotary", dict(ngram_positions=(1,), ngram_max=2, ngram_latest=True,
-                    ngram_match="observation", episode_starts=True))])
+                    ngram_match="observation", episode_starts=True)),
+    ("learned", dict(ngram_positions=(1,), ngram_latest=True, ngram_match="observation_return"))])
 def test_ad_cached_decoding_equals_the_full_forward_pass(position, ngrams):
     """AD decoded step by step (and in blocks) from a cache gives the logits of the whole
     context at once, grid-cell features included, and with n-gram layers (uniform over all
@@ -126,7 +150,9 @@ def test_ad_cached_decoding_equals_the_full_forward_pass(position, ngrams):
 
 
 @pytest.mark.parametrize("ngrams", [{}, dict(ngram_positions=(0, 1), ngram_max=2,
-                                             episode_starts=True)])
+                                             episode_starts=True),
+                                    dict(ngram_positions=(0,), ngram_latest=True,
+                                         ngram_match="observation_return")])
 def test_ad_rollout_that_fits_the_context_decodes_from_a_cache_same_actions(ngrams):
     """A Dark Room rollout no longer than the context: the cached in-context policy and the one
     that recomputes the window every step sample the same actions, with n-gram layers too (the
@@ -202,8 +228,8 @@ def assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
     example = jax.tree.map(lambda x: x[:1], steps_of(windows, 0, 1))
     cache = method.decode_init(params, example, context_len)  # each env's caches, batch 1
     cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch, num_caches) + x.shape), cache)
-    contexts = CachedContext(cache, jnp.zeros(batch, jnp.int32), jnp.zeros(batch, jnp.int32),
-                             jnp.zeros(batch, jnp.float32), jnp.ones(batch, bool))
+    first = jax.vmap(lambda _: PreviousStep.first(0))(jnp.arange(batch))
+    contexts = CachedContext(cache, jnp.zeros(batch, jnp.int32), first)
 
     @jax.jit
     def decode(contexts, step):

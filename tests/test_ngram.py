@@ -5,10 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.dataset import StepWindows, episode_returns_before
+from icrl_jax.models.tokens import shift_right
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.ngram import (NGramHead, latest_match, ngram_attention, ngram_pattern,
-                                   ngram_pattern_rows, ngram_weights, observation_ids, read_matches, shuffle_pattern,
+                                   ngram_pattern_rows, ngram_weights, observation_ids,
+                                   observation_return_ids, read_matches, shuffle_pattern,
                                    transition_ids)
 from icrl_jax.models.transformer import default_transformer_config
 
@@ -99,6 +101,30 @@ def test_transition_and_observation_ids():
     assert np.asarray(ngram_pattern(obs, 1))[0, 2, 1:].all()
     # Step 2 repeats step 0's transition (a=1, r=0, o=3), not step 1's (a=2): reads key 1 only.
     np.testing.assert_array_equal(np.asarray(ngram_pattern(trans, 1))[0, 2], [False, True, False])
+
+
+def test_observation_return_ids_read_the_latest_step_taken_with_the_key():
+    """A Key-to-Door walk: cell 4, the key (cell 6; reward 1 for arriving), cell 4 with the key,
+    then a reset and the same again. Matching cells alone, the last step (cell 4, with the key)
+    reads the step after this episode's visit on the way to the key (key 7, the key cell);
+    matching the cell and the episode's reward so far, it reads the step after the last
+    episode's visit with the key (key 4, where the walk went on from there)."""
+    observations = jnp.asarray([[1, 4, 6, 4, 9, 5, 4, 6, 4]])  # reset at step 5
+    starts = jnp.asarray([[True, False, False, False, False, True, False, False, False]])
+    so_far = jnp.asarray([[0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]])
+    window = StepWindows(observations=observations, prev_actions=jnp.zeros((1, 9), jnp.int32),
+                         prev_rewards=jnp.zeros((1, 9)), actions=jnp.zeros((1, 9), jnp.int32),
+                         action_mask=jnp.ones((1, 4), bool), episode_starts=starts,
+                         episode_returns=so_far)
+    ids = observation_return_ids(window)
+    assert ids.shape == (1, 9, 2) and ids.dtype == jnp.int32
+    assert int(ngram_weights(observation_ids(window), 1, latest=True)[0].key[0, 8]) == 7
+    assert int(ngram_weights(ids, 1, latest=True)[0].key[0, 8]) == 4
+    rewards = jnp.asarray([[0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0]])  # r_t of each step
+    np.testing.assert_array_equal(episode_returns_before(shift_right(rewards, 0.0), starts),
+                                  so_far)
+    with pytest.raises(ValueError, match="record each step's return so far"):
+        observation_return_ids(window.replace(episode_returns=None))
 
 
 def ad_with_ngrams(**overrides):

@@ -62,6 +62,10 @@ def test_fixed_length_episodes_keep_every_kth():
     assert int(windows.prev_actions[0, 0]) == 5  # no action before the history's first step
     # Kept episodes start at steps 0, 5 and 10 of the joined stream.
     assert [list(np.nonzero(s)[0]) for s in windows.episode_starts] == [[0, 5, 10]] * 2
+    # Each step's return so far counts its own kept episode's rewards only.
+    kept_rewards = np.asarray(kept.rewards).reshape(2, 3, 5)
+    so_far = np.concatenate([np.zeros((2, 3, 1)), np.cumsum(kept_rewards, -1)[..., :-1]], -1)
+    np.testing.assert_allclose(windows.episode_returns, so_far.reshape(2, 15))
 
 
 def test_identity_and_bad_values():
@@ -105,6 +109,15 @@ def test_windows_come_from_valid_steps_only():
                    for t in range(history.length) if t == 0 or history.dones[r, t - 1]}
     np.testing.assert_array_equal(np.asarray(batch.episode_starts),
                                   np.isin(obs, sorted(first_steps)))
+    # A step's return so far is its episode's reward before it in the original history.
+    so_far = {}
+    for r in range(history.num_histories):
+        total = 0.0
+        for t in range(history.length):
+            total = 0.0 if t == 0 or history.dones[r, t - 1] else total + history.rewards[r, t - 1]
+            so_far[int(history.observations[r, t])] = total
+    np.testing.assert_array_equal(np.asarray(batch.episode_returns),
+                                  np.vectorize(so_far.get)(obs))
     # Every valid start of every row is drawn (uniform over [0, length - window]).
     starts = {(int(o[0]) // 1000, int(o[0]) % 1000) for o in obs}
     for row in range(3):

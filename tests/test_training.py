@@ -161,6 +161,8 @@ def test_sliding_context_keeps_the_last_steps_in_order():
     np.testing.assert_array_equal(window.prev_actions[0], [1, 2, 3])  # actions of steps 1..3
     np.testing.assert_array_equal(window.prev_rewards[0], [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(window.episode_starts[0], [False, True, False])  # step 3
+    # Rewards 0, 1 in the first episode, then 3 in the one that starts at step 3.
+    np.testing.assert_array_equal(window.episode_returns[0], [1.0, 0.0, 3.0])
 
 
 def start_marking_history(n=32, t=64, seed=0) -> History:

@@ -84,6 +84,15 @@ PRESETS["qlearning_cpu_deep"] = dict(PRESETS["qlearning_cpu"], **{
 # goals, against 1.18 without the mark (README).
 PRESETS["qlearning_cpu_starts"] = dict(PRESETS["qlearning_cpu_dropout"],
                                        **{"model.episode_starts": True})
+# The episode-starts recipe with the n-gram layer matching each step's cell and the reward its
+# episode collected before it (`ngram_match="observation_return"`: the key flag, which the
+# context shows and the observation hides) instead of the whole transition. The starts model's
+# rollouts fail after the key on far doors; a cell-only or transition match reads the latest
+# visit of the cell, which is often this episode's walk to the key rather than an earlier
+# walk from the key to the door (issue 19 part 3). Its plain-AD twin is
+# `qlearning_cpu_starts_ad` (AD has no n-gram ids).
+PRESETS["qlearning_cpu_starts_return"] = dict(PRESETS["qlearning_cpu_starts"],
+                                              **{"model.ngram_match": "observation_return"})
 # Each with its plain-AD twin (`_ad`): the same data and budget, no n-gram layer.
 for _name in ("qlearning_cpu", "qlearning_cpu_dropout", "qlearning_cpu_deep",
               "qlearning_cpu_starts"):

@@ -34,6 +34,10 @@ class StepWindows:
         history's first step, and every step after a `done`): the reset every agent is told
         of, which the other fields show only indirectly. None where the data does not say
         (pixel stores); models read it only with `model.episode_starts`.
+      episode_returns: float32 `(B, L)` or None: the reward collected in o_t's episode before
+        o_t (0 on an episode's first step): Key-to-Door's key flag, which its observation
+        hides but the context shows. None where the data does not say (pixel stores); read by
+        the n-gram ids that ask for it (`ngram_match="observation_return"`).
     """
 
     observations: jax.Array
@@ -43,6 +47,21 @@ class StepWindows:
     action_mask: jax.Array
     lengths: jax.Array | None = None
     episode_starts: jax.Array | None = None
+    episode_returns: jax.Array | None = None
+
+
+def episode_returns_before(prev_rewards: jax.Array, episode_starts: jax.Array) -> jax.Array:
+    """The reward collected in each step's episode before the step: float32 `(B, T)` from
+    r_{t-1} `(B, T)` and the steps that start episodes, bool `(B, T)` (a scan, so sums are
+    exact in the order the rewards came)."""
+    def accumulate(total, step):
+        prev_reward, starts = step
+        total = jnp.where(starts, 0.0, total + prev_reward)
+        return total, total
+
+    _, totals = jax.lax.scan(accumulate, jnp.zeros(prev_rewards.shape[0], jnp.float32),
+                             (prev_rewards.T.astype(jnp.float32), episode_starts.T))
+    return totals.T
 
 
 def to_step_windows(history: History, lengths: np.ndarray | None = None) -> StepWindows:
@@ -51,14 +70,17 @@ def to_step_windows(history: History, lengths: np.ndarray | None = None) -> Step
     `lengths` (N,): the valid prefix of each history (from `subsample_episodes`), or None.
     """
     actions = jnp.asarray(history.actions, jnp.int32)
+    prev_rewards = shift_right(jnp.asarray(history.rewards, jnp.float32), 0.0)
+    episode_starts = shift_right(jnp.asarray(history.dones, bool), True)
     return StepWindows(
         observations=jnp.asarray(history.observations),
         prev_actions=shift_right(actions, history.num_actions),
-        prev_rewards=shift_right(jnp.asarray(history.rewards, jnp.float32), 0.0),
+        prev_rewards=prev_rewards,
         actions=actions,
         action_mask=jnp.asarray(history.action_mask, bool),
         lengths=None if lengths is None else jnp.asarray(lengths, jnp.int32),
-        episode_starts=shift_right(jnp.asarray(history.dones, bool), True),
+        episode_starts=episode_starts,
+        episode_returns=episode_returns_before(prev_rewards, episode_starts),
     )
 
 
@@ -166,6 +188,8 @@ def sample_windows(data: StepWindows, key: jax.Array, batch_size: int, window: i
             action_mask=data.action_mask[row],
             episode_starts=(None if data.episode_starts is None
                             else window_at(data.episode_starts, row, start, window)),
+            episode_returns=(None if data.episode_returns is None
+                             else window_at(data.episode_returns, row, start, window)),
         )
 
     return jax.vmap(window_of)(rows, starts)

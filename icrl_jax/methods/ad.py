@@ -108,8 +108,9 @@ class AD(InContextMethod):
 
     Args:
       model_config: `d_model`, `label_smoothing`, optionally `ngram_match` (which step ids the
-        n-gram layers match: "transition", "observation", or "vq", the codes of the pretrained
-        VQ-VAE at `vq_checkpoint`; see `models/ngram.py`), `episode_starts` (mark episodes'
+        n-gram layers match: "transition", "observation", "observation_return" (the cell and
+        the episode's reward so far), or "vq", the codes of the pretrained VQ-VAE at
+        `vq_checkpoint`; see `models/ngram.py`), `episode_starts` (mark episodes'
         first steps in their tokens: `StepWindows.episode_starts`), and the
         transformer fields of `default_transformer_config()`. Any mapping with attribute access
         works; `label_smoothing` and the dropout rates may be traced arrays (a vmapped sweep).

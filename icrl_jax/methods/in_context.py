@@ -37,23 +37,50 @@ from icrl_jax.models.heads import checked_temperature, select_actions
 
 
 @flax.struct.dataclass
+class PreviousStep:
+    """What a step's token says about the step before it, for one environment.
+
+    Attributes:
+      action: int32 a_{t-1} (`num_actions` before the first step).
+      reward: float32 r_{t-1}.
+      done: bool, step t-1 ended an episode (True before the first): o_t starts one.
+      episode_return: float32, the reward collected in o_t's episode before o_t
+        (`StepWindows.episode_returns`).
+    """
+
+    action: jax.Array
+    reward: jax.Array
+    done: jax.Array
+    episode_return: jax.Array
+
+    @classmethod
+    def first(cls, num_actions) -> "PreviousStep":
+        """Before a rollout's first step."""
+        return cls(jnp.asarray(num_actions, jnp.int32), jnp.zeros((), jnp.float32),
+                   jnp.ones((), bool), jnp.zeros((), jnp.float32))
+
+    def after(self, action: jax.Array, reward: jax.Array,
+              done: jax.Array | bool = False) -> "PreviousStep":
+        """The next step's view, once this step took `action` and got `reward` and `done`."""
+        reward = jnp.asarray(reward, jnp.float32)
+        done = jnp.asarray(done, bool)
+        return PreviousStep(jnp.asarray(action, jnp.int32), reward, done,
+                            jnp.where(done, 0.0, self.episode_return + reward))
+
+
+@flax.struct.dataclass
 class ContextState:
     """The sliding context of one environment.
 
     Attributes:
       window: `StepWindows` with leading dim 1 and length L (its `actions` field is unused).
       filled: int32 number of steps written so far (saturates meaning at L).
-      last_action: int32 action of the previous step (`num_actions` before the first).
-      last_reward: float32 reward of the previous step.
-      last_done: bool, the previous step ended an episode (True before the first): the next
-        observation starts one.
+      previous: the `PreviousStep` fields of the next token.
     """
 
     window: StepWindows
     filled: jax.Array
-    last_action: jax.Array
-    last_reward: jax.Array
-    last_done: jax.Array
+    previous: PreviousStep
 
 
 def empty_context(length: int, observation_example, action_mask: jax.Array) -> ContextState:
@@ -67,14 +94,14 @@ def empty_context(length: int, observation_example, action_mask: jax.Array) -> C
         actions=jnp.zeros((1, length), jnp.int32),
         action_mask=action_mask[None].astype(bool),
         episode_starts=jnp.zeros((1, length), bool),
+        episode_returns=jnp.zeros((1, length), jnp.float32),
     )
-    return ContextState(window, jnp.zeros((), jnp.int32), jnp.asarray(num_actions, jnp.int32),
-                        jnp.zeros((), jnp.float32), jnp.ones((), bool))
+    return ContextState(window, jnp.zeros((), jnp.int32), PreviousStep.first(num_actions))
 
 
 def push_observation(context: ContextState, observation) -> tuple[ContextState, jax.Array]:
-    """Write the token (last action, last reward, observation: an array or a pytree of them,
-    and whether it starts an episode); return the new context and the token's position."""
+    """Write the token (the previous step's fields and the observation: an array or a pytree of
+    them); return the new context and the token's position."""
     length = context.window.prev_actions.shape[1]
     full = context.filled >= length
     index = jnp.minimum(context.filled, length - 1)
@@ -84,20 +111,21 @@ def push_observation(context: ContextState, observation) -> tuple[ContextState, 
         return jax.lax.dynamic_update_index_in_dim(shifted, value.astype(x.dtype)[None], index,
                                                    axis=1)
 
-    window = context.window.replace(
-        observations=jax.tree.map(write, context.window.observations, observation),
-        prev_actions=write(context.window.prev_actions, context.last_action),
-        prev_rewards=write(context.window.prev_rewards, context.last_reward),
-        episode_starts=write(context.window.episode_starts, context.last_done),
+    previous, window = context.previous, context.window
+    window = window.replace(
+        observations=jax.tree.map(write, window.observations, observation),
+        prev_actions=write(window.prev_actions, previous.action),
+        prev_rewards=write(window.prev_rewards, previous.reward),
+        episode_starts=write(window.episode_starts, previous.done),
+        episode_returns=write(window.episode_returns, previous.episode_return),
     )
     return context.replace(window=window), index
 
 
 def record_outcome(context: ContextState, action: jax.Array, reward: jax.Array,
                    done: jax.Array | bool = False) -> ContextState:
-    return context.replace(filled=context.filled + 1, last_action=action.astype(jnp.int32),
-                           last_reward=reward.astype(jnp.float32),
-                           last_done=jnp.asarray(done, bool))
+    return context.replace(filled=context.filled + 1,
+                           previous=context.previous.after(action, reward, done))
 
 
 @flax.struct.dataclass
@@ -108,15 +136,12 @@ class CachedContext:
       cache: the method's cache (per-layer keys and values, batch 1); staggered caches
         (`InContextPolicy.staggered`) stack m of them on a leading axis.
       step: int32 steps written so far.
-      last_action, last_reward, last_done: the previous step's action, reward and end of
-        episode (as in `ContextState`).
+      previous: the `PreviousStep` fields of the next token (as in `ContextState`).
     """
 
     cache: Any
     step: jax.Array
-    last_action: jax.Array
-    last_reward: jax.Array
-    last_done: jax.Array
+    previous: PreviousStep
 
 
 def staggered_slots(step: jax.Array, length: int, num_caches: int
@@ -137,14 +162,16 @@ def staggered_slots(step: jax.Array, length: int, num_caches: int
     return slots, jnp.argmax(jnp.where(step >= starts, slots, -1)).astype(jnp.int32)
 
 
-def _step_window(observation, last_action, last_reward, last_done, action_mask) -> StepWindows:
+def _step_window(observation, previous: PreviousStep, action_mask) -> StepWindows:
     """One step as a `(1, 1)` window for `decode_logits`."""
+    one = lambda x, dtype: jnp.reshape(x, (1, 1)).astype(dtype)  # noqa: E731
     return StepWindows(observations=observation[None, None],
-                       prev_actions=last_action.reshape(1, 1).astype(jnp.int32),
-                       prev_rewards=last_reward.reshape(1, 1).astype(jnp.float32),
+                       prev_actions=one(previous.action, jnp.int32),
+                       prev_rewards=one(previous.reward, jnp.float32),
                        actions=jnp.zeros((1, 1), jnp.int32),
                        action_mask=action_mask[None].astype(bool),
-                       episode_starts=jnp.reshape(last_done, (1, 1)).astype(bool))
+                       episode_starts=one(previous.done, bool),
+                       episode_returns=one(previous.episode_return, jnp.float32))
 
 
 def _observation_dtype(env):
@@ -234,21 +261,18 @@ class InContextPolicy:
             del key
             action_mask = env.action_mask(env_params)
             observation = jnp.zeros(env.observation_shape, _observation_dtype(env))
-            example = _step_window(observation, jnp.int32(0), jnp.float32(0), jnp.bool_(True),
-                                   action_mask)
+            first = PreviousStep.first(action_mask.shape[-1])
+            example = _step_window(observation, first, action_mask)
             cache = method.decode_init(params, example, slots)
             if self.staggered:
                 cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_caches,) + x.shape),
                                      cache)
-            return CachedContext(cache, jnp.zeros((), jnp.int32),
-                                 jnp.asarray(action_mask.shape[-1], jnp.int32),
-                                 jnp.zeros((), jnp.float32), jnp.ones((), bool))
+            return CachedContext(cache, jnp.zeros((), jnp.int32), first)
 
         def act(key, context, obs, env_state, env_params):
             del env_state
             mask = env.action_mask(env_params)
-            step = _step_window(obs, context.last_action, context.last_reward, context.last_done,
-                                mask)
+            step = _step_window(obs, context.previous, mask)
             logits, context = self.decode_step(params, context, step)
             _, action_key = jax.random.split(key)  # the keys of the sliding-window policy
             action = select_actions(action_key, logits[0, 0], mask, self.greedy,
@@ -279,8 +303,8 @@ class InContextPolicy:
     @staticmethod
     def record_step(context: CachedContext, action: jax.Array, reward: jax.Array,
                     done: jax.Array) -> CachedContext:
-        return CachedContext(context.cache, context.step + 1, action.astype(jnp.int32),
-                             reward.astype(jnp.float32), jnp.asarray(done, bool))
+        return context.replace(step=context.step + 1,
+                               previous=context.previous.after(action, reward, done))
 
 
 def in_context_source(method, params, env, context_len: int, greedy: bool,

@@ -61,7 +61,20 @@ def transition_ids(window) -> jax.Array:
     return jnp.concatenate([prev, observation_ids(window)], axis=-1)
 
 
-NGRAM_IDS: dict[str, NGramIds] = {"transition": transition_ids, "observation": observation_ids}
+def observation_return_ids(window) -> jax.Array:
+    """The observation and the reward collected in its episode before it
+    (`StepWindows.episode_returns`): `(B, L, K_obs + 1)` int32. On Dark Key-to-Door a cell
+    visited with and without the key gets two ids, so the latest match of a step taken with the
+    key is a step taken with the key too, not the same cell on the way to the key."""
+    if window.episode_returns is None:
+        raise ValueError("ngram_match='observation_return' needs windows that record each "
+                         "step's return so far (pixel stores do not); use 'observation'")
+    return jnp.concatenate([observation_ids(window), _float_bits(window.episode_returns)[..., None]],
+                           axis=-1)
+
+
+NGRAM_IDS: dict[str, NGramIds] = {"transition": transition_ids, "observation": observation_ids,
+                                  "observation_return": observation_return_ids}
 #: name -> factory(model_config) -> id function, for ids that need something the config names.
 NGRAM_ID_FACTORIES: dict[str, Callable[..., NGramIds]] = {"vq": vq_ids_from_config}
 
@@ -274,7 +287,8 @@ def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
     return weights
 
 
-__all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids", "register_ngram_ids",
+__all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids",
+                          "observation_return_ids", "register_ngram_ids",
                           "register_ngram_ids_factory", "get_ngram_ids", "config_ngram_ids",
                           "token_equality", "ngram_pattern", "ngram_pattern_rows",
                           "shuffle_pattern", "ngram_attention", "NGramHead", "NGramLayer",
