@@ -1,0 +1,31 @@
+"""The Key-to-Door failure analysis on hand-worked trajectories."""
+
+import numpy as np
+
+from experiments.ad.key_to_door_failures import (door_rate_by_distance, door_revisits,
+                                                 episode_spans, outcome_transitions)
+
+
+def two_rollouts():
+    """Key at cell 0, door at cell 2 (distance 2). Both rollouts open the door from cell 1 in
+    episode 1 (steps 0-2), then get the key and time out (steps 3-5), then fail at once (step
+    6). After the key the first walks 0 -> 9, the second 0 -> 1, back to the cell it entered
+    the door from."""
+    observations = np.array([[1, 0, 1, 1, 0, 9, 10],
+                             [1, 0, 1, 1, 0, 1, 10]])
+    rewards = np.array([[1, 0, 1, 1, 0, 0, 0]] * 2, np.float32)
+    dones = np.array([[False, False, True, False, False, True, True]] * 2)
+    return observations, rewards, dones
+
+
+def test_outcomes_distances_and_revisits_by_hand():
+    observations, rewards, dones = two_rollouts()
+    assert episode_spans(dones[0]) == [(0, 2), (3, 5), (6, 6)]
+    counts = outcome_transitions(rewards, dones)
+    expected = np.zeros((3, 3), int)
+    expected[2, 1] = expected[1, 0] = 2  # 2 -> 1 -> 0 in both
+    np.testing.assert_array_equal(counts, expected)
+    keys, doors = np.array([0, 0]), np.array([2, 2])
+    assert door_rate_by_distance(rewards, dones, keys, doors) == {2: (6, 1 / 3)}
+    assert door_rate_by_distance(rewards, dones, keys, doors, skip_steps=3) == {2: (4, 0.0)}
+    assert door_revisits(observations, rewards, dones) == (2, 1)
