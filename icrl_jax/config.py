@@ -118,6 +118,9 @@ def base_config() -> ml_collections.ConfigDict:
     # AD: mark each episode's first step in its token (a learned vector), so the model need not
     # infer resets from the observations (a Key-to-Door agent must know when its key is gone).
     config.model.episode_starts = False
+    # AD: add each step's episode return so far (a learned vector times it) to its token; on
+    # Key-to-Door that is the key flag, which the observation hides and the context shows.
+    config.model.episode_returns = False
     # N-gram layers (enabled by model.ngram_positions): which step ids they match.
     # transition | observation | observation_return (the cell and the episode's reward so far,
     # e.g. Key-to-Door's key flag) | vq | a registered id fn

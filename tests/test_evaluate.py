@@ -30,9 +30,10 @@ def tiny_ad(env, **overrides):
 def test_greedy_rollout_matches_the_model_on_training_windows(episode_starts):
     """Every action of a greedy rollout is the argmax the model gives on the same steps laid out
     as a training window, both while the context fills and after it starts sliding; with
-    episode starts marked (5-step episodes), the rollout marks the steps the dataset does."""
+    episode starts marked and returns so far added (5-step episodes), the rollout's tokens
+    carry what the dataset's do."""
     env = envs.make("darkroom", episode_length=5)
-    method = tiny_ad(env, episode_starts=episode_starts)
+    method = tiny_ad(env, episode_starts=episode_starts, episode_returns=episode_starts)
     task_params = env.task_params(np.array([3, 40]))
     probe = to_step_windows(generate_histories(env, envs_random(), task_params, CONTEXT,
                                                jax.random.PRNGKey(0)))
@@ -119,7 +120,8 @@ def test_non_positive_temperature_is_a_clear_error():
     ("learned", dict(ngram_positions=(0, 2), ngram_max=3)),
     ("rotary", dict(ngram_positions=(1,), ngram_max=2, ngram_latest=True,
                     ngram_match="observation", episode_starts=True)),
-    ("learned", dict(ngram_positions=(1,), ngram_latest=True, ngram_match="observation_return"))])
+    ("learned", dict(ngram_positions=(1,), ngram_latest=True, ngram_match="observation_return",
+                     episode_returns=True))])
 def test_ad_cached_decoding_equals_the_full_forward_pass(position, ngrams):
     """AD decoded step by step (and in blocks) from a cache gives the logits of the whole
     context at once, grid-cell features included, and with n-gram layers (uniform over all

@@ -168,6 +168,8 @@ def test_infonce_loss_ignores_padded_actions_and_mse_policy_is_nearest_neighbour
     assert ((logits == 0).sum(-1) == 1).all()  # exactly one selectable action
     with pytest.raises(ValueError, match="episode_starts is an AD option"):
         HeadlessAD(tiny_config(episode_starts=True), num_observations=1)
+    with pytest.raises(ValueError, match="episode_returns is an AD option"):
+        HeadlessAD(tiny_config(episode_returns=True), num_observations=1)
 
 
 def test_prompt_mask_structure():

@@ -193,8 +193,51 @@ def test_episode_starts_let_ad_tell_resets_it_cannot_see(tmp_path):
         accuracy[marked] = float(metrics["accuracy"])
     # Unmarked, a reset after an action 1 looks like any later step (about 1 step in 5).
     assert accuracy[True] > 0.98 and accuracy[False] < 0.9, accuracy
-    with pytest.raises(ValueError, match="do not say where episodes start"):
+    with pytest.raises(ValueError, match="model.episode_starts: these windows do not record it"):
         method.loss(state.params, batch.replace(episode_starts=None), jax.random.PRNGKey(0))
+
+
+def key_flag_history(n=32, t=96, episode=12, seed=0) -> History:
+    """Key-to-Door's hidden flag, bare: in half of the 12-step episodes a reward of 1 comes at
+    one of steps 0-6. The last step of each episode (observation 1, the others 0) asks whether
+    it came: action 1 if so, else 0; every other step takes action 2. A 4-step window that ends
+    on the question holds neither the reward nor any step that depends on it."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(t) % episode
+    episodes = t // episode
+    reward_at = np.where(rng.random((n, episodes)) < 0.5, rng.integers(0, 7, (n, episodes)),
+                         episode).repeat(episode, axis=1)
+    question = np.broadcast_to(steps == episode - 1, (n, t))
+    return History(observations=question.astype(np.int32),
+                   actions=np.where(question, (reward_at < episode).astype(np.int32), 2),
+                   rewards=(steps[None] == reward_at).astype(np.float32),
+                   dones=question.copy(), task_ids=np.arange(n, dtype=np.int32),
+                   action_mask=np.ones((n, NUM_ACTIONS), bool))
+
+
+def test_episode_returns_in_tokens_let_ad_see_a_flag_from_before_its_window(tmp_path):
+    window, episode = 4, 12
+    windows = to_step_windows(key_flag_history(episode=episode))
+    data = on_device(windows, sample_windows, window)
+    config = tiny_train_config(num_steps=300, batch_size=64, steps_per_call=50, log_every=50,
+                               checkpoint_every=300, seq_len=window)
+    # Every question's window: the episode's last 4 steps, as (episodes * histories, 4).
+    ends = np.arange(episode, windows.actions.shape[1] + 1, episode)
+    questions = jax.tree.map(
+        lambda x: (jnp.concatenate([x[:, e - window:e] for e in ends]) if x.ndim == 2
+                   and x.shape[1] == windows.actions.shape[1] else jnp.tile(x, (len(ends), 1))),
+        windows.replace(lengths=None))
+    accuracy = {}
+    for marked in (False, True):
+        method = tiny_method(episode_returns=marked)
+        state = train(method, data, config, str(tmp_path / str(marked)), {"marked": marked},
+                      show_progress=False)
+        logits = method.context_logits(state.params, questions, None)[:, -1]
+        accuracy[marked] = float((jnp.argmax(logits, -1) == questions.actions[:, -1]).mean())
+    # Without the flag the answer is a coin flip (half the episodes have the reward).
+    assert accuracy[True] > 0.98 and accuracy[False] < 0.7, accuracy
+    with pytest.raises(ValueError, match="model.episode_returns: these windows do not record"):
+        method.loss(state.params, questions.replace(episode_returns=None), jax.random.PRNGKey(0))
 
 
 def test_first_token_has_no_previous_action():

@@ -93,9 +93,14 @@ PRESETS["qlearning_cpu_starts"] = dict(PRESETS["qlearning_cpu_dropout"],
 # `qlearning_cpu_starts_ad` (AD has no n-gram ids).
 PRESETS["qlearning_cpu_starts_return"] = dict(PRESETS["qlearning_cpu_starts"],
                                               **{"model.ngram_match": "observation_return"})
+# Both models told the key flag in their tokens as well (`model.episode_returns`: each step's
+# return so far times a learned vector), the n-gram one matching on it too: whether AD, given
+# the same information, does as well.
+PRESETS["qlearning_cpu_starts_keyflag"] = dict(PRESETS["qlearning_cpu_starts_return"],
+                                               **{"model.episode_returns": True})
 # Each with its plain-AD twin (`_ad`): the same data and budget, no n-gram layer.
 for _name in ("qlearning_cpu", "qlearning_cpu_dropout", "qlearning_cpu_deep",
-              "qlearning_cpu_starts"):
+              "qlearning_cpu_starts", "qlearning_cpu_starts_keyflag"):
     PRESETS[_name + "_ad"] = dict(PRESETS[_name], **{"model.ngram_positions": ()})
 
 

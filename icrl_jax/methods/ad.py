@@ -30,6 +30,8 @@ class ADModel(nn.Module):
     obs_encoder: nn.Module | None = None
     #: Mark episodes' first steps in their tokens (`model.episode_starts`; see `ADStepTokens`).
     episode_starts: bool = False
+    #: Add each step's episode return so far to its token (`model.episode_returns`).
+    episode_returns: bool = False
 
     def encode(self, observations):
         """Pixel observations `(..., H, W, C)` -> encoder features `(..., E)`."""
@@ -39,11 +41,13 @@ class ADModel(nn.Module):
     def __call__(self, observations, prev_actions, prev_rewards, deterministic: bool = True,
                  return_attention: bool = False, ngram_ids: jax.Array | None = None,
                  encoded: bool = False, cache: DecodeCache | None = None,
-                 step_index: jax.Array | None = None, episode_starts: jax.Array | None = None):
+                 step_index: jax.Array | None = None, episode_starts: jax.Array | None = None,
+                 episode_returns: jax.Array | None = None):
         """Returns logits `(B, L, A)` (unmasked), plus attention maps when asked.
 
         `ngram_ids`: int `(B, L[, K])` step ids for the backbone's n-gram layers, if it has any.
-        `episode_starts`: bool `(B, L)`, read when the model marks episode starts (else unused).
+        `episode_starts`: bool `(B, L)`, read when the model marks episode starts (else unused);
+        `episode_returns`: float `(B, L)`, read when it adds returns so far (else unused).
         `encoded`: the observations are already `encode`d features `(B, L, E)`.
         `cache`: incremental decoding (`Transformer.init_cache`, one slot per step): the inputs
         are steps `step_index + [0, L)` of a rollout whose earlier steps the cache holds (with
@@ -55,13 +59,16 @@ class ADModel(nn.Module):
                 raise ValueError(f"the pixel observation encoder needs (B, L, H, W, C) "
                                  f"observations, got shape {observations.shape}")
             observations = self.obs_encoder(observations)  # then embedded as float vectors
-        if self.episode_starts and episode_starts is None:
-            raise ValueError("model.episode_starts: these windows do not say where episodes "
-                             "start (pixel stores do not record it); set it to False")
+        for flag, value in (("episode_starts", episode_starts),
+                            ("episode_returns", episode_returns)):
+            if getattr(self, flag) and value is None:
+                raise ValueError(f"model.{flag}: these windows do not record it (pixel stores "
+                                 f"do not); set it to False")
         tokens = ADStepTokens(self.d_model, self.num_actions, self.num_observations,
                               self.grid_size, name="tokens")(
             observations, prev_actions, prev_rewards,
-            episode_starts if self.episode_starts else None)
+            episode_starts if self.episode_starts else None,
+            episode_returns if self.episode_returns else None)
         head = nn.Dense(self.num_actions, name="action_head")
         if cache is not None:
             positions = step_index + jnp.arange(tokens.shape[1], dtype=jnp.int32)
@@ -102,6 +109,12 @@ def grid_size_of(config, env) -> int | None:
     return env.grid_size
 
 
+def episode_fields(window: StepWindows) -> dict:
+    """The per-step episode fields `ADModel` can read from a window (it reads those its
+    config turns on)."""
+    return dict(episode_starts=window.episode_starts, episode_returns=window.episode_returns)
+
+
 @register
 class AD(InContextMethod):
     """The AD method: model, loss and in-context policy logits.
@@ -111,7 +124,8 @@ class AD(InContextMethod):
         n-gram layers match: "transition", "observation", "observation_return" (the cell and
         the episode's reward so far), or "vq", the codes of the pretrained VQ-VAE at
         `vq_checkpoint`; see `models/ngram.py`), `episode_starts` (mark episodes'
-        first steps in their tokens: `StepWindows.episode_starts`), and the
+        first steps in their tokens: `StepWindows.episode_starts`), `episode_returns` (add
+        each step's episode return so far: `StepWindows.episode_returns`), and the
         transformer fields of `default_transformer_config()`. Any mapping with attribute access
         works; `label_smoothing` and the dropout rates may be traced arrays (a vmapped sweep).
       num_actions: padded action-set size.
@@ -159,7 +173,8 @@ class AD(InContextMethod):
                              f"{num_observations} discrete observations")
         self.model = ADModel(num_actions, num_observations, model_config.d_model,
                              Transformer.from_config(model_config), grid_size, encoder,
-                             bool(model_config.get("episode_starts", False)))
+                             bool(model_config.get("episode_starts", False)),
+                             bool(model_config.get("episode_returns", False)))
 
     def window_ngram_ids(self, window: StepWindows) -> jax.Array | None:
         return None if self.ngram_ids is None else self.ngram_ids(window)
@@ -167,14 +182,14 @@ class AD(InContextMethod):
     def init(self, key: jax.Array, example: StepWindows):
         return self.model.init({"params": key}, example.observations, example.prev_actions,
                                example.prev_rewards, ngram_ids=self.window_ngram_ids(example),
-                               episode_starts=example.episode_starts)["params"]
+                               **episode_fields(example))["params"]
 
     def loss(self, params, batch: StepWindows, key: jax.Array, deterministic: bool = False):
         """Mean smoothed cross entropy over all window positions; returns (loss, metrics)."""
         logits = self.model.apply({"params": params}, batch.observations, batch.prev_actions,
                                   batch.prev_rewards, deterministic=deterministic,
                                   rngs={"dropout": key}, ngram_ids=self.window_ngram_ids(batch),
-                                  episode_starts=batch.episode_starts)
+                                  **episode_fields(batch))
         mask = batch.action_mask[:, None, :]
         loss = smoothed_cross_entropy(logits, batch.actions, mask, self.label_smoothing).mean()
         masked = jnp.where(mask, logits, -jnp.inf)
@@ -209,7 +224,7 @@ class AD(InContextMethod):
                                if isinstance(encoded, dict) else (encoded, None))
         return self.model.apply({"params": params}, features, context.prev_actions,
                                 context.prev_rewards, deterministic=True, encoded=True,
-                                ngram_ids=ngram_ids, episode_starts=context.episode_starts)
+                                ngram_ids=ngram_ids, **episode_fields(context))
 
     def decode_init(self, params, example: StepWindows, max_steps: int) -> DecodeCache:
         """An empty cache for B rollouts of up to `max_steps` steps; `example` is any `(B, L)`
@@ -227,7 +242,7 @@ class AD(InContextMethod):
         return self.model.apply({"params": params}, step.observations, step.prev_actions,
                                 step.prev_rewards, cache=cache, step_index=step_index,
                                 ngram_ids=self.window_ngram_ids(step),
-                                episode_starts=step.episode_starts)
+                                **episode_fields(step))
 
     def context_logits(self, params, context: StepWindows, key: jax.Array) -> jax.Array:
         """Logits `(E, L, A)` for every position of an evaluation context (no dropout)."""
@@ -235,4 +250,4 @@ class AD(InContextMethod):
         return self.model.apply({"params": params}, context.observations, context.prev_actions,
                                 context.prev_rewards, deterministic=True,
                                 ngram_ids=self.window_ngram_ids(context),
-                                episode_starts=context.episode_starts)
+                                **episode_fields(context))

@@ -254,9 +254,10 @@ class HeadlessAD(InContextMethod):
     def __init__(self, model_config: ml_collections.ConfigDict, num_observations: int | None,
                  grid_size: int | None = None):
         self.config = model_config
-        if model_config.get("episode_starts", False):
-            raise ValueError("model.episode_starts is an AD option; Headless-AD's tokens do not "
-                             "mark episode starts")
+        for flag in ("episode_starts", "episode_returns"):
+            if model_config.get(flag, False):
+                raise ValueError(f"model.{flag} is an AD option; Headless-AD's tokens do not "
+                                 "carry it")
         if model_config.loss not in LOSSES:
             raise ValueError(f"unknown loss {model_config.loss!r}; valid: {LOSSES}")
         if model_config.embeddings not in EMBEDDING_KINDS:

@@ -81,7 +81,8 @@ class ADStepTokens(nn.Module):
     `prev_actions` may be int ids `(B, T)` (embedded by a table with one extra "no previous
     action" row, id = `num_actions`) or precomputed float embeddings `(B, T, E)` (Headless-AD).
     `episode_starts` (bool `(B, T)`, optional): a learned `(D,)` vector is added to the tokens
-    of episodes' first steps.
+    of episodes' first steps. `episode_returns` (float `(B, T)`, optional): each step's
+    episode return so far times another learned `(D,)` vector.
 
     Computed with the mixing map folded into each part, which is the same function of the same
     parameters: ids read rows of a table already multiplied by their block of the mixing
@@ -97,7 +98,8 @@ class ADStepTokens(nn.Module):
     grid_size: int | None = None
 
     @nn.compact
-    def __call__(self, observations, prev_actions, prev_rewards, episode_starts=None):
+    def __call__(self, observations, prev_actions, prev_rewards, episode_starts=None,
+                 episode_returns=None):
         d = self.d_model
         mix_kernel, mix_bias = _DenseParameters(3 * d, d, name="mix")()
         obs_tokens = ObservationEmbedding(d, self.num_observations, self.grid_size,
@@ -115,10 +117,11 @@ class ADStepTokens(nn.Module):
         reward_tokens = (prev_rewards[..., None].astype(reward_kernel.dtype) * reward_kernel
                          + reward_bias @ mix_kernel[2 * d:])
         tokens = obs_tokens + action_tokens + reward_tokens
-        if episode_starts is None:
-            return tokens
-        start = self.param("episode_start", nn.initializers.normal(0.02), (d,))
-        return tokens + episode_starts[..., None].astype(start.dtype) * start
+        for name, values in (("episode_start", episode_starts), ("episode_return", episode_returns)):
+            if values is not None:
+                vector = self.param(name, nn.initializers.normal(0.02), (d,))
+                tokens = tokens + values[..., None].astype(vector.dtype) * vector
+        return tokens
 
 
 def shift_right(x: jax.Array, fill) -> jax.Array:
