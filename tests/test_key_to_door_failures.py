@@ -26,6 +26,19 @@ def test_outcomes_distances_and_revisits_by_hand():
     expected[2, 1] = expected[1, 0] = 2  # 2 -> 1 -> 0 in both
     np.testing.assert_array_equal(counts, expected)
     keys, doors = np.array([0, 0]), np.array([2, 2])
-    assert door_rate_by_distance(rewards, dones, keys, doors) == {2: (6, 1 / 3)}
-    assert door_rate_by_distance(rewards, dones, keys, doors, skip_steps=3) == {2: (4, 0.0)}
+    assert door_rate_by_distance(rewards, dones, keys, doors) == {2: (6, 1 / 3, 2, 1 / 3)}
+    assert door_rate_by_distance(rewards, dones, keys, doors, skip_steps=3) == {2: (4, 0.0, 2, 0.0)}
     assert door_revisits(observations, rewards, dones) == (2, 1)
+
+
+def test_door_rate_weighs_each_goal_once():
+    """Goal A (distance 1) opens the door in each of three 2-step episodes; goal B (distance 1)
+    fails one 6-step episode. Pooled: 3 of 4 episodes; per goal: (1 + 0) / 2. Goal C
+    (distance 5) has no episode after the skipped steps and is left out."""
+    rewards = np.array([[1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]], np.float32)
+    dones = np.array([[0, 1, 0, 1, 0, 1], [0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 1]], bool)
+    keys, doors = np.array([0, 0, 0]), np.array([1, 9, 13])
+    assert door_rate_by_distance(rewards, dones, keys, doors) == {1: (4, 0.75, 2, 0.5),
+                                                                  5: (1, 0.0, 1, 0.0)}
+    assert door_rate_by_distance(rewards, dones, keys, doors, skip_steps=1) == {
+        1: (2, 1.0, 1, 1.0)}

@@ -7,7 +7,8 @@ Rolls the run's latest checkpoint out on its held-out goals (one rollout per goa
 evaluation's length, temperature and key), keeps the trajectories (`evaluate` keeps only
 returns), and prints:
   - how one episode's outcome (0: no key, 1: key but no door, 2: both) follows the last's;
-  - the share of episodes that open the door by the key-to-door distance of the goal;
+  - the share of episodes that open the door by the key-to-door distance of the goal,
+    pooled over episodes and averaged over goals;
   - for episodes that fail the door right after one that opened it, how many pass through the
     cell the door was entered from then.
 The trajectories go to `DIR/failures.npz` (default: the workdir).
@@ -46,16 +47,22 @@ def manhattan(a, b) -> np.ndarray:
 
 
 def door_rate_by_distance(rewards, dones, keys, doors, skip_steps: int = 0
-                          ) -> dict[int, tuple[int, float]]:
-    """Key-to-door distance -> (episodes, share that opened the door), over the episodes that
-    start at or after `skip_steps` (e.g. the first context)."""
-    opened: dict[int, list[bool]] = {}
+                          ) -> dict[int, tuple[int, float, int, float]]:
+    """Key-to-door distance -> (episodes, share of them that opened the door, goals, mean over
+    those goals of each goal's own share), over the episodes that start at or after
+    `skip_steps` (e.g. the first context). Rollouts that open the door make short episodes and
+    so weigh more in the pooled share; the per-goal mean weighs each rollout once.
+
+    rewards, dones: (N, T), one rollout per goal; keys, doors: (N,) cell ids."""
+    opened: dict[int, list[list[bool]]] = {}
     for reward, done, key, door in zip(rewards, dones, keys, doors):
-        distance = int(manhattan(key, door))
-        for a, b in episode_spans(done):
-            if a >= skip_steps:
-                opened.setdefault(distance, []).append(round(reward[a:b + 1].sum()) == 2)
-    return {d: (len(v), float(np.mean(v))) for d, v in sorted(opened.items())}
+        outcomes = [round(reward[a:b + 1].sum()) == 2
+                    for a, b in episode_spans(done) if a >= skip_steps]
+        if outcomes:
+            opened.setdefault(int(manhattan(key, door)), []).append(outcomes)
+    return {d: (sum(map(len, goals)), float(np.mean(np.concatenate(goals))), len(goals),
+                float(np.mean([np.mean(g) for g in goals])))
+            for d, goals in sorted(opened.items())}
 
 
 def door_revisits(observations, rewards, dones) -> tuple[int, int]:
@@ -105,9 +112,11 @@ def report(rollouts: dict) -> str:
     lines = ["| this episode | episodes | next: 0 | next: 1 | next: 2 |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {i} | {counts[i].sum()} | " + " | ".join(f"{p:.3f}" for p in shares[i]) + " |"
               for i in range(3)]
-    lines += ["", "| key-to-door distance | episodes | door opened |", "| --- | --- | --- |"]
-    lines += [f"| {d} | {n} | {rate:.2f} |" for d, (n, rate) in door_rate_by_distance(
-        rewards, dones, rollouts["keys"], rollouts["doors"], rollouts["context"]).items()]
+    lines += ["", "| key-to-door distance | episodes | door opened | goals "
+              "| door opened, mean of goals |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {d} | {n} | {rate:.2f} | {goals} | {per_goal:.2f} |"
+              for d, (n, rate, goals, per_goal) in door_rate_by_distance(
+                  rewards, dones, rollouts["keys"], rollouts["doors"], rollouts["context"]).items()]
     failed, revisited = door_revisits(rollouts["observations"], rewards, dones)
     lines += ["", f"episodes that fail the door right after opening it: {failed}; of them, "
               f"{revisited} pass after the key through the cell the door was entered from"]
@@ -121,9 +130,16 @@ def main():
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--rollouts", type=int, default=100)
     parser.add_argument("--out", help="where failures.npz goes (default: the workdir)")
+    parser.add_argument("--from-npz", action="store_true",
+                        help="report the trajectories already in failures.npz, no rollouts")
     args = parser.parse_args()
-    rollouts = roll_out(args.preset, args.seed, args.workdir, args.rollouts)
-    np.savez(os.path.join(args.out or args.workdir, "failures.npz"), **rollouts)
+    path = os.path.join(args.out or args.workdir, "failures.npz")
+    if args.from_npz:
+        with np.load(path) as saved:
+            rollouts = {name: saved[name] for name in saved.files}
+    else:
+        rollouts = roll_out(args.preset, args.seed, args.workdir, args.rollouts)
+        np.savez(path, **rollouts)
     print(report(rollouts))
 
 
