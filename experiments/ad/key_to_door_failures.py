@@ -2,6 +2,7 @@
 
     python -m experiments.ad.key_to_door_failures --preset qlearning_cpu_starts --seed 0 \
         --workdir runs/k2d_starts/ngram_s0 [--rollouts 100] [--out DIR]
+    python -m experiments.ad.key_to_door_failures --from-npz --workdir DIR   # report saved ones
 
 Rolls the run's latest checkpoint out on its held-out goals (one rollout per goal, the
 evaluation's length, temperature and key), keeps the trajectories (`evaluate` keeps only
@@ -125,7 +126,7 @@ def report(rollouts: dict) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", required=True)
+    parser.add_argument("--preset", help="the run's preset (needed unless --from-npz)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--rollouts", type=int, default=100)
@@ -135,9 +136,13 @@ def main():
     args = parser.parse_args()
     path = os.path.join(args.out or args.workdir, "failures.npz")
     if args.from_npz:
+        if not os.path.exists(path):
+            parser.error(f"--from-npz: no {path}; run once without it to roll out and save one")
         with np.load(path) as saved:
             rollouts = {name: saved[name] for name in saved.files}
     else:
+        if not args.preset:
+            parser.error("--preset is needed to roll the run out (or --from-npz)")
         rollouts = roll_out(args.preset, args.seed, args.workdir, args.rollouts)
         np.savez(path, **rollouts)
     print(report(rollouts))
