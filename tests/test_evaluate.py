@@ -240,6 +240,13 @@ def assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
             return logits, policy.record_step(context, jnp.int32(0), jnp.float32(0), jnp.bool_(False))
         return jax.vmap(one)(contexts, step)
 
+    # The full forward pass is causal, so the logits after the steps [start, t] are those at
+    # position t - start of any context-long window that begins at `start`: one compiled shape
+    # for every window length (the windows run past `steps` into a padding of repeated steps).
+    padded = jax.tree.map(
+        lambda x: jnp.concatenate([x] + [x[:, -1:]] * context_len, axis=1)
+        if x.ndim > 1 and x.shape[1] == steps else x, windows)
+    full_logits = jax.jit(lambda window: method.context_logits(params, window, None))
     lengths = set()
     for t in range(steps):
         step = jax.tree.map(lambda x: x[:, None], steps_of(windows, t, t + 1))
@@ -248,8 +255,7 @@ def assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
         start = t - int(slots[acting])
         if t >= context_len:
             lengths.add(t - start + 1)
-        window = steps_of(windows, start, t + 1)
-        expected = method.context_logits(params, window, None)[:, -1]
+        expected = full_logits(steps_of(padded, start, start + context_len))[:, t - start]
         available = np.asarray(windows.action_mask)
         np.testing.assert_allclose(np.where(available, logits[:, 0, 0], 0),
                                    np.where(available, expected, 0), rtol=1e-5, atol=1e-5)
