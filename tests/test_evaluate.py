@@ -45,11 +45,11 @@ def test_greedy_rollout_matches_the_model_on_training_windows(episode_starts):
     history = generate_histories(env, in_context_source(method, params, env, CONTEXT, True),
                                  task_params, steps, jax.random.PRNGKey(2))
     windows = to_step_windows(history)
+    context_logits = jax.jit(method.context_logits)  # every window is CONTEXT steps: one shape
     for t in range(steps):
         start = max(0, t - CONTEXT + 1)
-        window = jax.tree.map(lambda x: x[:, start:start + CONTEXT] if x.ndim > 1 and x.shape[1] == steps else x,
-                              windows)
-        logits = method.context_logits(params, window, jax.random.PRNGKey(0))
+        window = steps_of(windows, start, start + CONTEXT)
+        logits = context_logits(params, window, jax.random.PRNGKey(0))
         expected = jnp.argmax(mask_logits(logits[:, t - start], window.action_mask), -1)
         np.testing.assert_array_equal(np.asarray(history.actions[:, t]), np.asarray(expected))
 
