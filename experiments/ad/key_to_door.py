@@ -82,7 +82,8 @@ PRESETS["qlearning_cpu_deep"] = dict(PRESETS["qlearning_cpu"], **{
 # time-out reset from the cells it visits to know its key is gone; the 2x64 model fits even
 # its training goals only to about 1.33 of 2.0 (issue 19 part 3). Seed 0 on held-out goals:
 # AD + n-gram 1.45 (1.18 without the mark), AD 1.255 (0.81 without); seed 1: AD + n-gram 1.36
-# (1.17 without), AD 1.15 (0.705 without); seed 2 of AD + n-gram 1.345 (1.11 without) (README).
+# (1.17 without), AD 1.15 (0.705 without); seed 2: AD + n-gram 1.345 (1.11 without), AD 1.245
+# (0.865 without) (README).
 PRESETS["qlearning_cpu_starts"] = dict(PRESETS["qlearning_cpu_dropout"],
                                        **{"model.episode_starts": True})
 # The episode-starts recipe with the n-gram layer matching each step's cell and the reward its
