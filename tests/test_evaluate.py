@@ -213,11 +213,15 @@ def test_staggered_slots_by_hand():
     assert int(slots[acting]) == 9
 
 
-def steps_of(windows, start: int, stop: int):
-    """Steps `[start, stop)` of `(B, T)` step windows (the action masks `(B, A)` as they are)."""
+def map_steps(fn, windows):
+    """`fn` on each `(B, T, ...)` field of step windows (the action masks `(B, A)` as they are)."""
     steps = windows.prev_actions.shape[1]
-    return jax.tree.map(lambda x: x[:, start:stop] if x.ndim > 1 and x.shape[1] == steps else x,
-                        windows)
+    return jax.tree.map(lambda x: fn(x) if x.ndim > 1 and x.shape[1] == steps else x, windows)
+
+
+def steps_of(windows, start: int, stop: int):
+    """Steps `[start, stop)` of `(B, T)` step windows."""
+    return map_steps(lambda x: x[:, start:stop], windows)
 
 
 def assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
@@ -243,9 +247,8 @@ def assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
     # The full forward pass is causal, so the logits after the steps [start, t] are those at
     # position t - start of any context-long window that begins at `start`: one compiled shape
     # for every window length (the windows run past `steps` into a padding of repeated steps).
-    padded = jax.tree.map(
-        lambda x: jnp.concatenate([x] + [x[:, -1:]] * context_len, axis=1)
-        if x.ndim > 1 and x.shape[1] == steps else x, windows)
+    padded = map_steps(lambda x: jnp.concatenate([x] + [x[:, -1:]] * context_len, axis=1),
+                       windows)
     full_logits = jax.jit(lambda window: method.context_logits(params, window, None))
     lengths = set()
     for t in range(steps):
