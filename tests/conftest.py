@@ -6,6 +6,13 @@ temporary folder per run, shared by the xdist workers and every subprocess throu
 environment variables (read when jax is imported, so this runs before any test module imports it),
 and removed at the end. A damaged or half-written entry only costs a recompile: JAX warns and
 compiles again. Programs with host callbacks are never cached by JAX.
+
+The tests compile far more than they run (tiny models, a few steps each), so XLA's CPU backend
+compiles them with LLVM's optimisation level 0 (`_TEST_XLA_FLAGS`, added to `XLA_FLAGS` for the
+workers and subprocesses; `tests/xla_flags.py` keeps it where a test sets a device count). That
+roughly halves the compile time of a training step for a slower run: five of the slowest test
+files took 455 s against 572 s (0.80x, `benchmarks/RESULTS.md`). Benchmarks and users' runs keep
+XLA's defaults.
 """
 
 import os
@@ -13,11 +20,17 @@ import shutil
 import tempfile
 
 _DIR_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
+_TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 
 
 def pytest_configure(config):
-    if os.environ.get(_DIR_VARIABLE) or hasattr(config, "workerinput"):
-        return  # set by the user, or inherited by an xdist worker from its controller
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker inherits its controller's environment
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_backend_optimization_level" not in flags:  # the user's own level wins
+        os.environ["XLA_FLAGS"] = f"{flags} {_TEST_XLA_FLAGS}".strip()
+    if os.environ.get(_DIR_VARIABLE):
+        return  # the user's own cache
     os.environ[_DIR_VARIABLE] = tempfile.mkdtemp(prefix="icrl_jax_test_xla_cache_")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")

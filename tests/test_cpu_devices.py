@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from icrl_jax.cpu_devices import ENV, cpu_device_count, usable_cores
+from xla_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,9 +72,8 @@ _TRAIN = textwrap.dedent(f"""
 
 
 def _train(workdir, devices: int, batch: int) -> tuple[dict, list[float]]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    env.update({ENV: str(devices), "JAX_PLATFORMS": "cpu"})
+    env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+    env.update({ENV: str(devices), "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(os.environ)})
     out = subprocess.run([sys.executable, "-c", _TRAIN, str(workdir), str(batch)], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -134,9 +134,10 @@ def test_windows_sampled_from_rows_split_over_devices_move_only_the_windows():
     """With the dataset's rows split over two devices (`place_data`), a sampled window is the
     right slice of one row, the same as on one device, and what the devices exchange is the
     `(batch, window)` windows, never the `(batch, length)` rows they come from."""
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
     out = subprocess.run([sys.executable, "-c", _SAMPLE], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600, env=dict(env, JAX_PLATFORMS="cpu"))
+                         text=True, timeout=600,
+                         env=dict(env, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(os.environ)))
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["devices"] == 2 and result["row_split"]

@@ -23,6 +23,7 @@ import pytest
 
 from icrl_jax import distributed
 from icrl_jax.errors import UserError
+from xla_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,7 +49,7 @@ def _free_port() -> int:
 def _env(devices: int = 1) -> dict[str, str]:
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = xla_flags(os.environ, devices)
     for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
         env.pop(var, None)
     return env

@@ -19,6 +19,7 @@ from icrl_jax.models.transformer import default_transformer_config
 from icrl_jax.data.train_data import on_device
 from icrl_jax.train import (CheckpointMismatchError, Checkpointer, default_train_config,
                             init_state, make_optimizer, make_train_steps, train, data_mesh)
+from xla_flags import xla_flags
 
 NUM_OBS, NUM_ACTIONS = 16, 4
 
@@ -126,7 +127,7 @@ def test_eight_fake_devices_give_the_same_loss(tmp_path):
     """)
     losses = {}
     for devices in (1, 8):
-        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        env = dict(os.environ, XLA_FLAGS=xla_flags(os.environ, devices),
                    JAX_PLATFORMS="cpu")
         workdir = tmp_path / str(devices)
         out = subprocess.run([sys.executable, "-c", script, str(workdir)], env=env,

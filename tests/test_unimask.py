@@ -136,6 +136,7 @@ def test_grid_end_to_end_resumes_and_checks_claims(tmp_path):
     config.grid.finetune_eval_every = 50
     config.grid.mlp_regimes = ("random",)
     config.grid.dt_regimes = ("behaviour_cloning",)
+    config.grid.dt_overrides = {"train": {"num_steps": 100}}  # the preset's 1000: not needed here
     config = run.resolve_config(config)
     first = run.report(config)
     for name in ("heatmap.png", "heatmap_raw.png", "heatmap.json"):
