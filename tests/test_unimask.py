@@ -131,12 +131,13 @@ def test_grid_end_to_end_resumes_and_checks_claims(tmp_path):
     config.grid.regimes = ("behaviour_cloning", "forward_dynamics", "random")
     config.grid.num_seeds = 2
     config.grid.eval_every = 50
+    config.train.num_steps = 50  # one evaluation per group: the numbers need not be good
     config.train.steps_per_call = 50
     config.grid.finetune_steps = 50
     config.grid.finetune_eval_every = 50
     config.grid.mlp_regimes = ("random",)
     config.grid.dt_regimes = ("behaviour_cloning",)
-    config.grid.dt_overrides = {"train": {"num_steps": 100}}  # the preset's 1000: not needed here
+    config.grid.dt_overrides = {"train": {"num_steps": 50}}  # not the preset's 1000
     config = run.resolve_config(config)
     first = run.report(config)
     for name in ("heatmap.png", "heatmap_raw.png", "heatmap.json"):
