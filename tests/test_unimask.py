@@ -183,7 +183,7 @@ def test_maze_returns_table_end_to_end(tmp_path):
     config.model.d_model = 32
     config.grid.num_seeds = 2
     config.grid.eval_every = 50
-    config.grid.validation_episodes = 20
+    config.grid.validation_episodes = 5  # early stopping evaluates every snippet of these
     config = run.resolve_config(config)
     out = run.report(config)
     assert set(out["table"]) == {label for label, _, _ in masking_grid.RETURN_ROWS}
