@@ -236,7 +236,8 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     """Roll out the trained model on the evaluation tasks next to the baselines; writes
     `eval.json` and `eval_rollouts.npz` (`evals/step_<step>.json` and
     `eval_rollouts/step_<step>.npz` for `params` of an earlier training `step`),
-    `in_context_curves.png` and the method's analysis (e.g. attention maps)."""
+    `in_context_curves.png` and, for the final parameters only, the method's analysis (e.g.
+    attention maps)."""
     env = build_env(config)
     method = build_method(config, env)
     rows = process_share(config, env)
@@ -271,8 +272,9 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
             else M.rollout_episode_returns(rollout, config.eval.num_steps))
         for name, rollout in rollouts.items()}
     per_rollout["task_ids"] = eval_task_ids(env, config)
-    results.update(method.write_analysis(params, {n: r.get("policy_state")
-                                                  for n, r in rollouts.items()}, config, env))
+    if step is None:  # its files are not per step: a mid-training one would be overwritten
+        results.update(method.write_analysis(params, {n: r.get("policy_state")
+                                                      for n, r in rollouts.items()}, config, env))
     results["plot"] = plot_curves(
         curves,
         os.path.join(config.workdir, "in_context_curves.png"),

@@ -205,6 +205,11 @@ def test_point_maze_table_end_to_end(tmp_path):
     assert table["rows"]["DT"]["g_markov"]["seeds"] == []
     for metric in ("episode_length", "goal_reached"):
         assert len(table["rows"]["DT"][metric]["seeds"]) == 1
+    # The head analysis belongs to the final evaluation; the mid-training one skips it.
+    with open(tmp_path / "GPT-DTMA" / "seed_0" / "evals" / "step_00000010.json") as f:
+        assert "g_markov" not in json.load(f)
+    with open(tmp_path / "GPT-DTMA" / "seed_0" / "eval.json") as f:
+        assert json.load(f)["g_markov"] == 0.0
     heads = tmp_path / "GPT-DTMA" / "seed_0" / "heads.json"
     assert heads.exists() and (tmp_path / "GPT-DTMA" / "seed_0" / "head_importance.png").exists()
     with open(heads) as f:
