@@ -108,11 +108,13 @@ def train(config):
         pretrain_vq(config, env, dataset_of(config, env))
     method = build_method(config, env)
     data = training_data_of(config, env, method)
+    programs = {}  # one compile of the steps for all the segments between evaluations
 
     def fit(stop_at=None):
         return T.train(method, data, config.train, config.workdir,
                        method.signature(config, env), seed=config.seed,
-                       show_progress=config.run.progress, stop_at=stop_at, log=config.get("log"))
+                       show_progress=config.run.progress, stop_at=stop_at, log=config.get("log"),
+                       programs=programs)
 
     every = int(config.eval.every) if config.run.evaluate else 0
     if every % int(config.train.steps_per_call) or every < 0:

@@ -283,9 +283,11 @@ _COMPILED: dict[Any, tuple[Callable, Callable]] = {}
 
 def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict[str, Any],
          seed_keys: jax.Array, hyper, replicas: bool, show_progress: bool, stop_at: int | None,
-         log, cache_key=None) -> tuple[TrainState, dict[str, np.ndarray] | None]:
+         log, cache_key=None, programs: dict | None = None
+         ) -> tuple[TrainState, dict[str, np.ndarray] | None]:
     """The loop shared by `train` and `train_replicas` (see the module docstring); returns the
-    final state and the last call's metrics averaged over its steps (`(K,)` with replicas)."""
+    final state and the last call's metrics averaged over its steps (`(K,)` with replicas).
+    The compiled programs are kept under `cache_key` in `programs` (default `_COMPILED`)."""
     check_step_config(config)
     mesh = data_mesh(len(seed_keys) if replicas else config.batch_size)
     replicated = NamedSharding(mesh, P())
@@ -293,14 +295,15 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     placed = state_sharding(mesh, replicas, num_replicas)
     init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys) if replicas \
         else jax.random.fold_in(seed_keys, 2**31 - 1)
-    if cache_key is None or cache_key not in _COMPILED:
+    programs = _COMPILED if programs is None else programs
+    if cache_key is None or cache_key not in programs:
         init = jax.vmap(lambda k, h: init_state(build, data, k, h)) if replicas else \
             (lambda k, h: init_state(build, data, k, h))
         compiled = (jax.jit(init, out_shardings=placed),
                     make_train_steps(build, data, config, mesh, replicas, num_replicas))
         if cache_key is not None:
-            _COMPILED[cache_key] = compiled
-    init, train_steps = compiled if cache_key is None else _COMPILED[cache_key]
+            programs[cache_key] = compiled
+    init, train_steps = compiled if cache_key is None else programs[cache_key]
     state = init(init_keys, hyper)
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), signature,
                                 config.keep_checkpoints)
@@ -386,7 +389,7 @@ def _fetch(tree):
 
 def train(method, data: TrainData, config: ml_collections.ConfigDict, workdir: str,
           signature: dict[str, Any], seed: int = 0, show_progress: bool = True,
-          stop_at: int | None = None, log=None) -> TrainState:
+          stop_at: int | None = None, log=None, programs: dict | None = None) -> TrainState:
     """Train `method` on `data`, resuming from the newest intact checkpoint in `workdir`.
 
     `stop_at` ends the run early at that step, after checkpointing it, as a preempted job
@@ -394,11 +397,15 @@ def train(method, data: TrainData, config: ml_collections.ConfigDict, workdir: s
     `log`: the config's `log` section (Weights & Biases switch). Writes metrics to
     `workdir/metrics.jsonl` and TensorBoard, checkpoints to `workdir/checkpoints`. Raises
     `TrainingDivergedError` on a NaN/inf loss or gradient (the last good checkpoint is kept).
+    `programs`: a dict the caller keeps across calls with the same method, data and config
+    (the segments of one run between `stop_at`s): the compiled steps are kept there and reused,
+    where each call would otherwise compile them again.
     Returns the final state (fetched to host).
     """
     optimizer = make_optimizer(config, trainable=method.trainable)
     return _fit(lambda hyper: (method, optimizer), data, config, workdir, signature,
-                jax.random.key(seed), None, False, show_progress, stop_at, log)[0]
+                jax.random.key(seed), None, False, show_progress, stop_at, log,
+                None if programs is None else "train", programs)[0]
 
 
 class _Mapping(dict):

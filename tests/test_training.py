@@ -78,6 +78,22 @@ def test_resumed_run_matches_uninterrupted(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_segments_sharing_programs_compile_the_step_once(tmp_path):
+    """The calls of one run between evaluations (`stop_at`), given the same `programs` dict,
+    trace the training step once, and end where an uninterrupted run ends."""
+    data, config = copy_task_data(), tiny_train_config()
+    full = train(tiny_method(), data, config, str(tmp_path / "full"), {"m": 1}, show_progress=False)
+    method, traces, programs = tiny_method(), [], {}
+    loss = method.loss
+    method.loss = lambda *args, **kwargs: traces.append(1) or loss(*args, **kwargs)
+    for stop_at in (10, 30, None):
+        state = train(method, data, config, str(tmp_path / "segments"), {"m": 1},
+                      show_progress=False, stop_at=stop_at, programs=programs)
+    assert int(state.step) == 40 and len(traces) == 1
+    for a, b in zip(jax.tree.leaves(full.params), jax.tree.leaves(state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_checkpoint_round_trip_and_mismatch(tmp_path):
     data = copy_task_data()
     method = tiny_method()
