@@ -445,7 +445,8 @@ def train_replicas(build_method: Callable, config, data: TrainData, workdir: str
     state in `workdir`). `build_method(model_config)` builds the method from a model config
     whose replica hyperparameters are traced. Returns the stacked final state and the last
     call's metrics per replica (None when no step was left to train). Calls with the same
-    `cache_key` (e.g. the group's config, env and data) reuse one compiled program. `stop_at`
+    `cache_key` (e.g. the group's env and data), config and replica count reuse one compiled
+    program. `stop_at`
     pauses at that step with a checkpoint (a later call resumes), for evaluations in between."""
     build = replica_builder(build_method, config)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
@@ -455,7 +456,9 @@ def train_replicas(build_method: Callable, config, data: TrainData, workdir: str
     train.log_every = min(-(-train.log_every // train.steps_per_call) * train.steps_per_call,
                           train.num_steps)
     train.checkpoint_every = train.num_steps
-    key = None if cache_key is None else (cache_key, len(seeds))
+    # The whole config is in the key: a caller's key (a group's name and workdir) may come
+    # back with other settings in one process, and its program would train the old model.
+    key = None if cache_key is None else (cache_key, len(seeds), config.to_json(sort_keys=True))
     return _fit(build, data, train, workdir, signature, keys, hyper, True, show_progress,
                 stop_at, None, key)
 

@@ -94,6 +94,25 @@ def test_segments_sharing_programs_compile_the_step_once(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_replicas_with_one_cache_key_and_another_model_train_that_model(tmp_path):
+    """A cached replica program is reused only for the same config: the same `cache_key` with
+    a wider model trains the wider model."""
+    from icrl_jax.train import replica_hyperparameters, train_replicas
+    import ml_collections
+    for width in (32, 48):
+        model = default_transformer_config()
+        model.update(dict(d_model=width, num_layers=1, num_heads=2, max_len=32,
+                          label_smoothing=0.0))
+        config = ml_collections.ConfigDict(dict(
+            model=model, train=tiny_train_config(num_steps=10, checkpoint_every=10)))
+        state, _ = train_replicas(lambda m: AD(m, NUM_ACTIONS, NUM_OBS), config, copy_task_data(),
+                                  str(tmp_path / str(width)), {"m": 1}, [0],
+                                  replica_hyperparameters(config, [{}]),
+                                  cache_key=("group", "one workdir"))
+        kernel = state.params["backbone"]["block_0"]["attention"]["qkv"]["kernel"]
+        assert kernel.shape == (1, width, 3, 2, width // 2)
+
+
 def test_checkpoint_round_trip_and_mismatch(tmp_path):
     data = copy_task_data()
     method = tiny_method()
