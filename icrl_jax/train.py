@@ -446,8 +446,8 @@ def train_replicas(build_method: Callable, config, data: TrainData, workdir: str
     whose replica hyperparameters are traced. Returns the stacked final state and the last
     call's metrics per replica (None when no step was left to train). Calls with the same
     `cache_key` (e.g. the group's env and data), config and replica count reuse one compiled
-    program. `stop_at`
-    pauses at that step with a checkpoint (a later call resumes), for evaluations in between."""
+    program. `stop_at` pauses at that step with a checkpoint (a later call resumes), for
+    evaluations in between."""
     build = replica_builder(build_method, config)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     train = ml_collections.ConfigDict(config.train.to_dict())
