@@ -169,8 +169,12 @@ def sweep_assignments_per_hour() -> float:
     if hasattr(S, "group_data") and "workdir" in S.train_assignments.__code__.co_varnames:
         from icrl_jax.data.train_data import on_device
         data = on_device(windows, sample_windows, config.train.seq_len)
+        # The timed call reuses the first call's program: a dict of the caller's where the
+        # trainer takes one, its own global cache before.
+        kept = ({"programs": {}} if "programs" in S.train_assignments.__code__.co_varnames
+                else {})
         run = lambda d: S.train_assignments(config, env, data, assignments, seeds,  # noqa: E731
-                                            os.path.join(scratch, d))
+                                            os.path.join(scratch, d), **kept)
     else:
         run = lambda d: S.train_assignments(config, env, windows, assignments, seeds)  # noqa: E731
     run("compile")

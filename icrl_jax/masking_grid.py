@@ -132,6 +132,7 @@ class _Group:
         if num_steps is not None:
             self.config.train.num_steps = int(num_steps)
         self.signature = dict(signature, group=name, seeds=self.seeds)
+        self.programs = {}  # one compile for all the segments between early-stopping evaluations
 
     def run(self, eval_every: int, show_progress: bool) -> dict[str, np.ndarray]:
         """Train (resuming) with early stopping; returns the best parameters (`params/...`),
@@ -152,7 +153,7 @@ class _Group:
             for stop in stops:
                 state, _ = T.train_replicas(self.build, self.config, self.data, self.workdir,
                                             self.signature, self.seeds, self.hyper,
-                                            cache_key=(self.name, self.workdir), stop_at=stop)
+                                            programs=self.programs, stop_at=stop)
                 losses = np.asarray(self.evaluate(state.params))
                 score = np.where(self.watch, losses, 0.0).sum(1) / self.watch.sum(1)
                 params = _flatten(state.params)

@@ -82,9 +82,11 @@ def assignment_config(config: ml_collections.ConfigDict, assignment: dict[str, A
 
 
 def train_assignments(config, env, data: TrainData, assignments: Sequence[dict[str, Any]],
-                      seeds: Sequence[int], workdir: str, vmapped: bool = True):
+                      seeds: Sequence[int], workdir: str, vmapped: bool = True,
+                      programs: dict | None = None):
     """Train assignments of one group through the main trainer (`train.train_replicas`): side
-    by side in one vmapped program (`vmapped`), or one by one (K = 1 each).
+    by side in one vmapped program (`vmapped`), or one by one (K = 1 each). `programs`: a dict
+    kept across the calls of one sweep (one env), in which the compiled programs are reused.
 
     Returns `(params, metrics)`: params stacked over the K assignments, and the final
     `{loss, accuracy}` of each `(K,)` from the last logged step.
@@ -100,10 +102,7 @@ def train_assignments(config, env, data: TrainData, assignments: Sequence[dict[s
         state, metrics = T.train_replicas(lambda model: build_method(config, env, model), config,
                                           data, directory, signature,
                                           [seeds[i] for i in indices], hyper,
-                                          show_progress=show_progress,
-                                          cache_key=(config.to_json(sort_keys=True),
-                                                     config.env.to_json(sort_keys=True),
-                                                     data.sample_fn))
+                                          show_progress=show_progress, programs=programs)
         if metrics is None:  # already trained (a resumed sweep): no call was left to run
             metrics = {k: np.full(len(indices), np.nan) for k in ("loss", "accuracy")}
         return state.params, metrics
@@ -248,6 +247,7 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
 
     dataset = open_dataset(config, env)
     data_cache: dict[int, TrainData] = {}
+    programs: dict = {}  # compiled once per group config and replica count, for every chunk
     groups: dict[str, list[int]] = {}
     for i in pending:
         groups.setdefault(group_key(assignments[i]), []).append(i)
@@ -273,7 +273,8 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
                                          "_".join(str(i) for i in chunk))
                 params, train_metrics = train_assignments(
                     group_config, env, data, [assignments[i] for i in chunk],
-                    [assignment_seed(config, i) for i in chunk], directory, vmapped=vmapped)
+                    [assignment_seed(config, i) for i in chunk], directory, vmapped=vmapped,
+                    programs=programs)
                 train_seconds = time.perf_counter() - tic
                 for k, index in enumerate(chunk):
                     tic = time.perf_counter()

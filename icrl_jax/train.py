@@ -276,18 +276,14 @@ def _check_finite(metrics: dict[str, np.ndarray], first_step: int, good_step: in
                 f"{values[replica, offset]}; {kept}. Lower train.learning_rate or check the data.")
 
 
-#: Compiled (init, train_steps) of replica groups, by the caller's key: the chunks of one sweep
-#: group (and a resumed sweep in the same process) reuse one program instead of recompiling.
-_COMPILED: dict[Any, tuple[Callable, Callable]] = {}
-
-
 def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict[str, Any],
          seed_keys: jax.Array, hyper, replicas: bool, show_progress: bool, stop_at: int | None,
-         log, cache_key=None, programs: dict | None = None
+         log, programs: dict | None = None, cache_key=None
          ) -> tuple[TrainState, dict[str, np.ndarray] | None]:
     """The loop shared by `train` and `train_replicas` (see the module docstring); returns the
     final state and the last call's metrics averaged over its steps (`(K,)` with replicas).
-    The compiled programs are kept under `cache_key` in `programs` (default `_COMPILED`)."""
+    The compiled (init, train_steps) are kept in the caller's `programs` under `cache_key` and
+    reused from there; without `programs` they are compiled for this call alone."""
     check_step_config(config)
     mesh = data_mesh(len(seed_keys) if replicas else config.batch_size)
     replicated = NamedSharding(mesh, P())
@@ -295,15 +291,14 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     placed = state_sharding(mesh, replicas, num_replicas)
     init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys) if replicas \
         else jax.random.fold_in(seed_keys, 2**31 - 1)
-    programs = _COMPILED if programs is None else programs
-    if cache_key is None or cache_key not in programs:
+    if programs is None or cache_key not in programs:
         init = jax.vmap(lambda k, h: init_state(build, data, k, h)) if replicas else \
             (lambda k, h: init_state(build, data, k, h))
         compiled = (jax.jit(init, out_shardings=placed),
                     make_train_steps(build, data, config, mesh, replicas, num_replicas))
-        if cache_key is not None:
+        if programs is not None:
             programs[cache_key] = compiled
-    init, train_steps = compiled if cache_key is None else programs[cache_key]
+    init, train_steps = compiled if programs is None else programs[cache_key]
     state = init(init_keys, hyper)
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), signature,
                                 config.keep_checkpoints)
@@ -404,8 +399,7 @@ def train(method, data: TrainData, config: ml_collections.ConfigDict, workdir: s
     """
     optimizer = make_optimizer(config, trainable=method.trainable)
     return _fit(lambda hyper: (method, optimizer), data, config, workdir, signature,
-                jax.random.key(seed), None, False, show_progress, stop_at, log,
-                None if programs is None else "train", programs)[0]
+                jax.random.key(seed), None, False, show_progress, stop_at, log, programs)[0]
 
 
 class _Mapping(dict):
@@ -437,17 +431,18 @@ def replica_builder(build_method: Callable, config) -> Callable:
 
 def train_replicas(build_method: Callable, config, data: TrainData, workdir: str,
                    signature: dict[str, Any], seeds: Sequence[int],
-                   hyper: dict[str, jax.Array], show_progress: bool = False, cache_key=None,
-                   stop_at: int | None = None
+                   hyper: dict[str, jax.Array], show_progress: bool = False,
+                   programs: dict | None = None, stop_at: int | None = None
                    ) -> tuple[TrainState, dict[str, np.ndarray] | None]:
     """Train K replicas of one model side by side (`vmap`), replica k from seed `seeds[k]` with
     the hyperparameters `hyper[name][k]`; resumable like `train` (checkpoints of the stacked
     state in `workdir`). `build_method(model_config)` builds the method from a model config
     whose replica hyperparameters are traced. Returns the stacked final state and the last
-    call's metrics per replica (None when no step was left to train). Calls with the same
-    `cache_key` (e.g. the group's env and data), config and replica count reuse one compiled
-    program. `stop_at` pauses at that step with a checkpoint (a later call resumes), for
-    evaluations in between."""
+    call's metrics per replica (None when no step was left to train). `programs`: a dict the
+    caller keeps across calls with one env and data (the chunks of a sweep group, the segments
+    between early-stopping evaluations): compiled programs are kept there by replica count and
+    config, and reused. `stop_at` pauses at that step with a checkpoint (a later call resumes),
+    for evaluations in between."""
     build = replica_builder(build_method, config)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     train = ml_collections.ConfigDict(config.train.to_dict())
@@ -456,11 +451,10 @@ def train_replicas(build_method: Callable, config, data: TrainData, workdir: str
     train.log_every = min(-(-train.log_every // train.steps_per_call) * train.steps_per_call,
                           train.num_steps)
     train.checkpoint_every = train.num_steps
-    # The whole config is in the key: a caller's key (a group's name and workdir) may come
-    # back with other settings in one process, and its program would train the old model.
-    key = None if cache_key is None else (cache_key, len(seeds), config.to_json(sort_keys=True))
+    # The whole config is in the key: a program compiled for other settings trains their model.
+    key = (len(seeds), config.to_json(sort_keys=True))
     return _fit(build, data, train, workdir, signature, keys, hyper, True, show_progress,
-                stop_at, None, key)
+                stop_at, None, programs, key)
 
 
 def restore_params(method, data: TrainData, config, workdir: str, signature: dict[str, Any]):

@@ -94,11 +94,12 @@ def test_segments_sharing_programs_compile_the_step_once(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_replicas_with_one_cache_key_and_another_model_train_that_model(tmp_path):
-    """A cached replica program is reused only for the same config: the same `cache_key` with
+def test_replicas_sharing_programs_with_another_model_train_that_model(tmp_path):
+    """A kept replica program is reused only for the same config: the same `programs` dict with
     a wider model trains the wider model."""
     from icrl_jax.train import replica_hyperparameters, train_replicas
     import ml_collections
+    programs = {}
     for width in (32, 48):
         model = default_transformer_config()
         model.update(dict(d_model=width, num_layers=1, num_heads=2, max_len=32,
@@ -108,9 +109,10 @@ def test_replicas_with_one_cache_key_and_another_model_train_that_model(tmp_path
         state, _ = train_replicas(lambda m: AD(m, NUM_ACTIONS, NUM_OBS), config, copy_task_data(),
                                   str(tmp_path / str(width)), {"m": 1}, [0],
                                   replica_hyperparameters(config, [{}]),
-                                  cache_key=("group", "one workdir"))
+                                  programs=programs)
         kernel = state.params["backbone"]["block_0"]["attention"]["qkv"]["kernel"]
         assert kernel.shape == (1, width, 3, 2, width // 2)
+    assert len(programs) == 2
 
 
 def test_checkpoint_round_trip_and_mismatch(tmp_path):
