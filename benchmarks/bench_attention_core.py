@@ -103,7 +103,7 @@ def attention_gradient(attention, keep_mask, rate, mask):
 
 
 def main():
-    from icrl_jax.host_memory import reexec_with_huge_pages
+    from icrl_jax.core.host_memory import reexec_with_huge_pages
     reexec_with_huge_pages()  # as the CLI runs (both checkouts share this process)
     parser = argparse.ArgumentParser()
     parser.add_argument("--old", required=True, help="a checkout to compare with")

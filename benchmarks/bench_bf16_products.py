@@ -7,7 +7,7 @@ asks for a float32 result (`preferred_element_type`) is the one they serve. This
 per shape, a jitted float32 product against the same product with its float32 operands cast to
 bf16 inside the jitted function (the cast counted), once with a float32 result and once with a
 bf16 one. Every product runs on the first of the CPU devices `icrl-jax` makes (one per core,
-`icrl_jax.cpu_devices`), at one device's share of a training batch; XLA's CPU thread pool may
+`icrl_jax.core.cpu_devices`), at one device's share of a training batch; XLA's CPU thread pool may
 still spread one product over both cores.
 
     python benchmarks/bench_bf16_products.py [--write]
@@ -20,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from icrl_jax.cpu_devices import use_one_device_per_core  # noqa: E402
+from icrl_jax.core.cpu_devices import use_one_device_per_core  # noqa: E402
 
 use_one_device_per_core()
 

@@ -24,14 +24,14 @@ import time
 import jax
 import numpy as np
 
-from envs.host.bridge import HostVectorEnv, RandomPolicy, host_rollout
+from icrl_jax.envs.host.bridge import HostVectorEnv, RandomPolicy, host_rollout
 
 
 def make_pool(sim: str, n: int) -> HostVectorEnv:
     if sim == "vizdoom":
-        from envs.host import vizdoom as vd
+        from icrl_jax.envs.host import vizdoom as vd
         return HostVectorEnv([functools.partial(vd.make_doom, "deadly_corridor")] * n)
-    from envs.host import miniworld as mw
+    from icrl_jax.envs.host import miniworld as mw
     goals = mw.darkroom_goals()[:n]
     return HostVectorEnv([functools.partial(mw.make_darkroom, int(g)) for g in goals])
 
@@ -68,7 +68,7 @@ def generate_fresh_pools(env, policy, tasks, workers, steps, key):
 
 
 def bench_pools(num_tasks: int, workers: int, steps: int) -> None:
-    import envs
+    from icrl_jax import envs
     from icrl_jax.data.rollout import run_policies
     env = envs.make("miniworld_darkroom")
     tasks = env.tasks()[:num_tasks]

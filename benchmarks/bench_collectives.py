@@ -2,7 +2,7 @@
 
     python benchmarks/bench_collectives.py [--write]
 
-With one CPU device per core (`icrl_jax.cpu_devices`), XLA all-reduces the gradients once a
+With one CPU device per core (`icrl_jax.core.cpu_devices`), XLA all-reduces the gradients once a
 step. Its combiner makes that one all-reduce of a tuple, one buffer per parameter leaf (the
 small AD model has 37). This times, in one process on two CPU devices, a loop of steps whose
 only communication is that all-reduce, once with the gradient as the small model's leaves and

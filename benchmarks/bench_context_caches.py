@@ -31,13 +31,13 @@ def workloads(only: str | None = None):
     import jax
     import numpy as np
 
-    from experiments.ad import darkroom, key_to_door
-    from experiments.headless_ad import bernoulli_bandit
+    from icrl_jax.experiments.ad import darkroom, key_to_door
+    from icrl_jax.experiments.headless_ad import bernoulli_bandit
     from icrl_jax.data.dataset import to_step_windows
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.data.sources import uniform_random
     from icrl_jax.methods import build_method
-    from icrl_jax.run import build_env
+    from icrl_jax.core.run import build_env
 
     out = {}
     for name, module, preset, num_envs in (("main job (AD, Dark Room)", darkroom, "quick", 80),
@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
 
-    from icrl_jax import cpu_devices
+    from icrl_jax.core import cpu_devices
     cpu_devices.use_one_device_per_core()
     import jax
 

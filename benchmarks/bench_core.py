@@ -34,7 +34,7 @@ def train_tokens_per_second() -> float:
     from icrl_jax.data.history import History
     from icrl_jax.methods.ad import AD
     from icrl_jax.models.transformer import default_transformer_config
-    from icrl_jax import train as T
+    from icrl_jax.core import train as T
 
     rng = np.random.default_rng(0)
     n, t, context, batch = 256, 1000, 100, 64
@@ -77,12 +77,12 @@ def eval_steps_per_second() -> dict[str, float]:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    import envs
-    from envs.bandits import BernoulliBandit
+    from icrl_jax import envs
+    from icrl_jax.envs.bandits import BernoulliBandit
     from icrl_jax.data.dataset import StepWindows
     from icrl_jax.data.histories import generate_histories
-    from icrl_jax.methods.headless_ad import HeadlessAD, default_headless_config
-    from icrl_jax.methods.msat import MSAT
+    from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
+    from icrl_jax.papers.msat.method import MSAT
     from icrl_jax.methods.dt import dt_model_config
     from icrl_jax.models.transformer import default_transformer_config
     try:
@@ -145,9 +145,9 @@ def sweep_assignments_per_hour() -> float:
     group (K = 8)."""
     import jax
     import numpy as np
-    import envs
-    from experiments.ngram.darkroom import get_config
-    from icrl_jax import sweep as S
+    from icrl_jax import envs
+    from icrl_jax.experiments.ngram.darkroom import get_config
+    from icrl_jax.tools import sweep as S
     from icrl_jax.data.dataset import sample_windows, to_step_windows
     from icrl_jax.data.history import History
 

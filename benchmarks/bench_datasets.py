@@ -31,7 +31,7 @@ def main():
                         choices=("point_maze", "hopper", "walker2d", "halfcheetah"))
     parser.add_argument("--preset", default="quick", choices=("quick", "paper"))
     args = parser.parse_args()
-    import envs
+    from icrl_jax import envs
     from icrl_jax.data import builders
     from icrl_jax.data.minari_io import dataset_dir, read_minari
     module = importlib.import_module(f"experiments.continuous.{args.experiment}")

@@ -51,7 +51,7 @@ def build(name: str):
 
         env, params = gymnax.make(name.split(":", 1)[1])
         return env, (lambda n: params), False, (lambda p, n: jnp.full((n,), env.num_actions))
-    import envs
+    from icrl_jax import envs
 
     env = envs.make(name)
 

@@ -50,7 +50,7 @@ def _time_jax(fn, repeats):
 def run_thompson(n, sampler, repeats):
     import jax
     import numpy as np
-    import envs
+    from icrl_jax import envs
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.data.sources import thompson_sampling
     env = envs.make("bernoulli_bandit", arms=20)
@@ -98,9 +98,9 @@ def run_numpy(n, repeats):
 def run_q_learning(n, repeats):
     import jax
     import numpy as np
-    import envs
+    from icrl_jax import envs
     from icrl_jax.data.histories import generate_histories
-    from icrl_jax.metrics import episode_returns_ragged
+    from icrl_jax.core.metrics import episode_returns_ragged
     from icrl_jax.data.sources import q_learning
     env = envs.make("darkroom_composite")
     params = env.task_params(np.arange(n) % env.num_tasks)

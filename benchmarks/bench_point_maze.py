@@ -35,7 +35,7 @@ def bench_jax(layout: str, batch: int, steps: int, repeats: int = 3) -> float:
     import jax
     import jax.numpy as jnp
 
-    import envs
+    from icrl_jax import envs
 
     env = envs.make("point_maze", layout=layout, task="random_goal")
     params = env.task_params(jnp.arange(batch))

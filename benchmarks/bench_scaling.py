@@ -2,7 +2,7 @@
 
 Each configuration runs in its own subprocess (the device count is fixed when JAX starts): fake
 CPU devices via `--xla_force_host_platform_device_count`, processes via `jax.distributed` on
-localhost with gloo collectives (`icrl_jax.distributed`). The model is the quick presets' AD
+localhost with gloo collectives (`icrl_jax.core.distributed`). The model is the quick presets' AD
 transformer (2 layers x 64, batch 64 x 100 steps), trained by the one trainer's step builder
 (`train.make_train_steps`) with the same global batch in every configuration.
 
@@ -31,7 +31,7 @@ def worker(coordinator: str, num_processes: int, process_id: int) -> None:
     sys.path.insert(0, ROOT)
     import ml_collections
 
-    from icrl_jax import distributed
+    from icrl_jax.core import distributed
     distributed.initialize(ml_collections.ConfigDict(dict(
         coordinator=coordinator, num_processes=num_processes, process_id=process_id,
         timeout_s=120)) if num_processes > 1 else None)
@@ -43,7 +43,7 @@ def worker(coordinator: str, num_processes: int, process_id: int) -> None:
     from bench_train import benchmark_model, synthetic_data
     from icrl_jax.data.dataset import sample_windows
     from icrl_jax.data.train_data import on_device
-    from icrl_jax.train import data_mesh, init_state, make_optimizer, make_train_steps
+    from icrl_jax.core.train import data_mesh, init_state, make_optimizer, make_train_steps
 
     method, config = benchmark_model(LAYERS, D_MODEL, HEADS, BATCH, CONTEXT)
     mesh = data_mesh()

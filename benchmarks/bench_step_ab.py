@@ -73,7 +73,7 @@ class _AtCommit:
 
 
 def _one_device_mesh(split=None):
-    """The mesh of one CPU device (JAX's default count, before `icrl_jax.cpu_devices`)."""
+    """The mesh of one CPU device (JAX's default count, before `icrl_jax.core.cpu_devices`)."""
     del split
     return Mesh(np.array(jax.devices()[:1]), ("data",))
 
@@ -86,12 +86,12 @@ REFERENCES = {
     # Dropout masks laid out along their own last axis (before the `(shape[0], rest)` rows).
     "dropout_mask_last_axis": ("icrl_jax.models.dropout", "keep_mask",
                                _AtCommit("6426ffa", "icrl_jax/models/dropout.py", "keep_mask")),
-    "embeddings_lapack_qr": ("icrl_jax.methods.headless_ad", "orthonormal_columns",
+    "embeddings_lapack_qr": ("icrl_jax.papers.headless_ad.method", "orthonormal_columns",
                              _lapack_orthonormal_columns),
     "sample_row_then_window": ("icrl_jax.data.dataset", "window_at", row_then_window),
     # The step tokens before the mixing map was folded into the embeddings (one (B, T, 3D) x
     # (3D, D) product a step).
-    "tokens_concat_mix": ("icrl_jax.methods.ad,icrl_jax.methods.headless_ad", "ADStepTokens",
+    "tokens_concat_mix": ("icrl_jax.methods.ad,icrl_jax.papers.headless_ad.method", "ADStepTokens",
                           _AtCommit("73148c5", "icrl_jax/models/tokens.py", "ADStepTokens")),
     # Attention dropout's scaled float mask kept for the backward pass (before Dropout.mask).
     "attention_dropout_float_mask": ("icrl_jax.models.transformer", "MultiHeadAttention",

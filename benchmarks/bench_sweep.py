@@ -25,7 +25,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from icrl_jax import cpu_devices  # noqa: E402  (before JAX starts its backend)
+from icrl_jax.core import cpu_devices  # noqa: E402  (before JAX starts its backend)
 
 cpu_devices.use_one_device_per_core()
 
@@ -35,10 +35,10 @@ import numpy as np  # noqa: E402
 import envs  # noqa: E402
 from icrl_jax.data.dataset import sample_windows  # noqa: E402
 from icrl_jax.data.train_data import on_device  # noqa: E402
-from icrl_jax import sweep as S  # noqa: E402
+from icrl_jax.tools import sweep as S  # noqa: E402
 from icrl_jax.data.dataset import to_step_windows  # noqa: E402
 from icrl_jax.data.history import History  # noqa: E402
-from experiments.ngram.darkroom import get_config  # noqa: E402
+from icrl_jax.experiments.ngram.darkroom import get_config  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "RESULTS.md")
 SECTION = "## Hyperparameter sweep throughput"

@@ -41,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else ROOT
 sys.path.insert(0, TREE)
 try:  # measure what `icrl-jax` runs: its host malloc settings (re-executes this script once)
-    from icrl_jax import host_memory
+    from icrl_jax.core import host_memory
     # An older checkout has no such module; an editable install would find this one's instead.
     if os.path.abspath(host_memory.__file__).startswith(os.path.abspath(TREE) + os.sep):
         host_memory.reexec_with_huge_pages()
@@ -49,7 +49,7 @@ except ImportError:  # a checkout older than icrl_jax/host_memory.py
     pass
 HOST_MALLOC = os.environ.get("GLIBC_TUNABLES") or "glibc default"
 try:  # and its CPU devices (one per core), before JAX starts
-    from icrl_jax import cpu_devices
+    from icrl_jax.core import cpu_devices
     if os.path.abspath(cpu_devices.__file__).startswith(os.path.abspath(TREE) + os.sep):
         cpu_devices.use_one_device_per_core()
 except ImportError:  # a checkout older than icrl_jax/cpu_devices.py: one CPU device
@@ -66,7 +66,7 @@ from icrl_jax.methods.ad import AD  # noqa: E402
 from icrl_jax.models.transformer import count_params, default_transformer_config, flops_per_token  # noqa: E402
 from icrl_jax.data.dataset import sample_windows  # noqa: E402
 from icrl_jax.data.train_data import on_device  # noqa: E402
-from icrl_jax.train import (data_mesh, default_train_config, init_state, make_optimizer,  # noqa: E402
+from icrl_jax.core.train import (data_mesh, default_train_config, init_state, make_optimizer,  # noqa: E402
                             make_train_steps, place_data, state_sharding)
 
 # Dense tensor-core peaks (FLOP/s), from the vendors' datasheets (without sparsity): TF32 (what
@@ -239,13 +239,13 @@ def measure_unimask(num_replicas, calls, precision="fp32"):
     side by side, as `icrl-jax report --config experiments/unimask/doorkey.py:quick` trains them."""
     import ml_collections
 
-    import envs
-    from experiments.unimask.doorkey import REGIMES, get_config
+    from icrl_jax import envs
+    from icrl_jax.experiments.unimask.doorkey import REGIMES, get_config
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.data.sources import build_source
-    from icrl_jax.methods.unimask import UniMask
-    from icrl_jax.methods.unimask_masks import regime_index
-    from icrl_jax.train import replica_hyperparameters
+    from icrl_jax.papers.unimask.method import UniMask
+    from icrl_jax.papers.unimask.masks import regime_index
+    from icrl_jax.core.train import replica_hyperparameters
 
     config = get_config("quick")
     config.train.steps_per_call = 10
@@ -274,8 +274,8 @@ def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
     hopper-shaped synthetic windows (11-d states, 3-d actions), batch 32 x 20 steps = 60 tokens
     each; `mixture` adds the MoA gates. Initialisation does not change the step, so GPT-DT and
     DT share a row."""
-    from experiments.gpt_dtma import QUICK_MODEL
-    from icrl_jax.config import dt_model_config
+    from icrl_jax.experiments.gpt_dtma import QUICK_MODEL
+    from icrl_jax.core.config import dt_model_config
     from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
     from icrl_jax.methods.dt import DecisionTransformer
 
@@ -306,8 +306,8 @@ def _measure_experiment(config, calls: int, steps_per_call: int, assignments=Non
     """An experiment config's own model and optimiser, trained on histories of its own source
     (its first `data.num_train_tasks` tasks), `steps_per_call` steps a jitted call; with
     `assignments`, one vmapped replica per assignment (a sweep's group)."""
-    from icrl_jax import run as R
-    from icrl_jax.config import finalize
+    from icrl_jax.core import run as R
+    from icrl_jax.core.config import finalize
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.data.sources import build_source
     from icrl_jax.methods import build_method
@@ -322,7 +322,7 @@ def _measure_experiment(config, calls: int, steps_per_call: int, assignments=Non
                                  jax.random.PRNGKey(0))
     train_data = method.training_data(history, config, env)
     if assignments:
-        from icrl_jax.train import replica_builder, replica_hyperparameters
+        from icrl_jax.core.train import replica_builder, replica_hyperparameters
         build = replica_builder(lambda model: build_method(config, env, model), config)
         seconds, state = _time_calls(build, train_data, config.train, calls, len(assignments),
                                      replica_hyperparameters(config, assignments))
@@ -340,7 +340,7 @@ def measure_main_job(calls: int, precision="fp32"):
     command is the same model without the n-gram layer): 2 x 64, 4 heads, a 1-gram layer after
     the first block, dropout 0.1, batch 64 x 100 steps, on its noisy-oracle histories; 10 steps a
     call as in the benchmarks above (the preset runs 50)."""
-    from experiments.ad.darkroom import get_config
+    from icrl_jax.experiments.ad.darkroom import get_config
     config = get_config("quick_oracle")
     config.train.compute_dtype = precision
     return _measure_experiment(config, calls, 10)
@@ -351,8 +351,8 @@ def measure_sweep_replicas(num_replicas: int, calls: int, precision="fp32"):
     (the main job's model plus a 1-gram layer, batch 64 x 100, on grid-explorer histories of
     40 goals) with its first `num_replicas` assignments vmapped side by side, as `icrl-jax
     sweep` trains a group; 0 replicas: the first assignment as a single run (`train`'s path)."""
-    from experiments.ngram.darkroom import get_config
-    from icrl_jax.sweep import flatten_space, sample_assignment
+    from icrl_jax.experiments.ngram.darkroom import get_config
+    from icrl_jax.tools.sweep import flatten_space, sample_assignment
 
     config = get_config("quick_explorer_goals40_narrow")
     config.train.compute_dtype = precision
@@ -370,7 +370,7 @@ def measure_key_to_door(ngram: bool, calls: int, precision="fp32"):
     a 1-gram layer) or its plain-AD twin: 2 x 64, 4 heads, batch 64 x 200 steps, dropout 0.3 /
     0.2, episode starts marked, on Q-learning histories of its 100 training goals; 10 steps a
     call (the preset runs 50)."""
-    from experiments.ad.key_to_door import get_config
+    from icrl_jax.experiments.ad.key_to_door import get_config
     config = get_config("qlearning_cpu_starts" + ("" if ngram else "_ad"))
     config.train.compute_dtype = precision
     return _measure_experiment(config, calls, 10)
@@ -380,7 +380,7 @@ def measure_headless_paper(batch: int, calls: int, precision="fp32"):
     """Headless-AD at the paper's bandit scale (Table 3: 4 layers, d 512, 64 heads, rotary, a
     300-step context) on Thompson-sampling histories of 64 bandits with 4-20 arms, one optimiser
     step per jitted call (a step takes seconds on a CPU)."""
-    from experiments.headless_ad.bernoulli_bandit import get_config
+    from icrl_jax.experiments.headless_ad.bernoulli_bandit import get_config
     config = get_config("")
     config.data.num_train_tasks = 64
     config.data.num_steps = config.train.seq_len
@@ -447,7 +447,7 @@ def before_after(args) -> None:
     import json
     import subprocess
 
-    from icrl_jax.host_memory import TUNABLE  # this checkout's
+    from icrl_jax.core.host_memory import TUNABLE  # this checkout's
 
     # Each checkout's process starts with the user's environment: the new one adds its malloc
     # tunable itself (this process did, re-executing), an old one has none.

@@ -27,8 +27,8 @@ def build(num_envs: int):
     import jax.numpy as jnp
     import numpy as np
 
-    from envs.host.specs import MiniworldRoom
-    from experiments.miniworld import ad_darkroom
+    from icrl_jax.envs.host.specs import MiniworldRoom
+    from icrl_jax.experiments.miniworld import ad_darkroom
     from icrl_jax.data.dataset import StepWindows
     from icrl_jax.data.rollout import SourceOnHost
     from icrl_jax.methods.ad import AD
@@ -75,7 +75,7 @@ def rollout_steps_per_second(policy, frames, steps: int, num_envs: int):
     import jax
     import jax.numpy as jnp
 
-    from envs.host.bridge import HostStep
+    from icrl_jax.envs.host.bridge import HostStep
 
     act = jax.jit(policy.act)
     state = policy.init(jax.random.key(0), num_envs)

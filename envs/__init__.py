@@ -8,17 +8,17 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from envs.bandits import BernoulliBandit, ContextualBandit
-from envs.core import BANDIT, EPISODIC, EnvSpec, ICRLEnv, InvalidActionError, check_actions, stack_params
-from envs.darkroom import (CompositeDarkRoom, DarkRoom, KeyToDoor, composite_actions,
+from icrl_jax.envs.bandits import BernoulliBandit, ContextualBandit
+from icrl_jax.envs.core import BANDIT, EPISODIC, EnvSpec, ICRLEnv, InvalidActionError, check_actions, stack_params
+from icrl_jax.envs.darkroom import (CompositeDarkRoom, DarkRoom, KeyToDoor, composite_actions,
                            headless_ad_action_sets, split_actions)
-from envs.multidiscrete import ButtonRoom
-from envs.continuous import PointMaze
-from envs.continuous.locomotion import HalfCheetah, Hopper, Locomotion, Walker2d
-from envs.doorkey import DoorKey
-from envs.host.specs import HostEnv, MiniworldRoom, ViZDoom
-from envs.tasks import split_tasks
-from icrl_jax.errors import UserError, unknown_name
+from icrl_jax.envs.multidiscrete import ButtonRoom
+from icrl_jax.envs.continuous import PointMaze
+from icrl_jax.envs.continuous.locomotion import HalfCheetah, Hopper, Locomotion, Walker2d
+from icrl_jax.envs.doorkey import DoorKey
+from icrl_jax.envs.host.specs import HostEnv, MiniworldRoom, ViZDoom
+from icrl_jax.envs.tasks import split_tasks
+from icrl_jax.core.errors import UserError, unknown_name
 
 REGISTRY: dict[str, Callable[..., EnvSpec]] = {
     "bernoulli_bandit": BernoulliBandit,

@@ -34,8 +34,8 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from envs.core import ICRLEnv
-from envs.tasks import as_task_ids
+from icrl_jax.envs.core import ICRLEnv
+from icrl_jax.envs.tasks import as_task_ids
 
 ATOMIC_MOVES = ("up", "down", "left", "right", "noop")
 #: (row, col) displacement of each atomic move, int32 `(5, 2)`.

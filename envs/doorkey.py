@@ -35,8 +35,8 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from envs.core import ICRLEnv
-from envs.tasks import as_task_ids
+from icrl_jax.envs.core import ICRLEnv
+from icrl_jax.envs.tasks import as_task_ids
 
 SIDE = 4
 NUM_CELLS = SIDE * SIDE

@@ -28,9 +28,9 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from envs.core import ICRLEnv
-from envs.darkroom import _MOVE_DELTAS, NOOP
-from envs.tasks import as_task_ids
+from icrl_jax.envs.core import ICRLEnv
+from icrl_jax.envs.darkroom import _MOVE_DELTAS, NOOP
+from icrl_jax.envs.tasks import as_task_ids
 
 
 @struct.dataclass(kw_only=True)

@@ -75,7 +75,7 @@ def test_prefix_causal_blocks_equal_full_attention(prefix):
     """Headless-AD's mask: an action-set prompt (a set, some actions padded) that attends only to
     itself, then causal steps that also see the prompt. The first block holds the whole prompt,
     also when the prompt is longer than a block."""
-    from icrl_jax.methods.headless_ad import prompt_attention_mask
+    from icrl_jax.papers.headless_ad.method import prompt_attention_mask
     steps = 2 * CAUSAL_QUERY_BLOCK
     action_mask = jnp.arange(prefix)[None, :] < jnp.array([[prefix], [prefix - 2]])
     mask = prompt_attention_mask(action_mask, steps)

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax.checkpoints import Checkpointer, CheckpointMismatchError, CorruptCheckpointError
-from icrl_jax.errors import UserError
+from icrl_jax.core.checkpoints import Checkpointer, CheckpointMismatchError, CorruptCheckpointError
+from icrl_jax.core.errors import UserError
 
 
 @flax.struct.dataclass

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from icrl_jax.config import apply_preset, set_dotted
-from icrl_jax.errors import UserError
+from icrl_jax.core.config import apply_preset, set_dotted
+from icrl_jax.core.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -86,7 +86,7 @@ def test_unknown_preset_and_command():
 
 
 def test_set_dotted_refuses_missing_keys():
-    from experiments.ad.darkroom import get_config
+    from icrl_jax.experiments.ad.darkroom import get_config
     config = get_config("quick")
     with pytest.raises(UserError, match="trian"):
         set_dotted(config, "trian.num_steps", 1)

@@ -11,7 +11,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from icrl_jax.config import default_transformer_config, dt_model_config
+from icrl_jax.core.config import default_transformer_config, dt_model_config
 from icrl_jax.data.trajectories import Trajectories
 from icrl_jax.methods.dt import DecisionTransformer
 from icrl_jax.models.clip_text import CLIPTextConfig, CLIPTextEncoder, load_hf_clip_text

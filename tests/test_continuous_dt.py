@@ -9,15 +9,15 @@ import pytest
 pytest.importorskip("minari")
 
 import envs  # noqa: E402
-from envs.core import InvalidActionError  # noqa: E402
-from icrl_jax import metrics as M  # noqa: E402
-from icrl_jax.config import base_config  # noqa: E402
+from icrl_jax.envs.core import InvalidActionError  # noqa: E402
+from icrl_jax.core import metrics as M  # noqa: E402
+from icrl_jax.core.config import base_config  # noqa: E402
 from icrl_jax.data import builders  # noqa: E402
 from icrl_jax.data import minari_io as mio  # noqa: E402
 from icrl_jax.data.rollout import run_policies  # noqa: E402
 from icrl_jax.data.sources import build_source, noisy_oracle  # noqa: E402
 from icrl_jax.data.trajectories import pad_for_windows, sample_trajectory_windows  # noqa: E402
-from icrl_jax.errors import UserError  # noqa: E402
+from icrl_jax.core.errors import UserError  # noqa: E402
 
 
 @pytest.mark.parametrize("layout", ["umaze", "medium", "large"])
@@ -130,7 +130,7 @@ def test_continuous_dt_learns_the_controller(tmp_path):
     import optax
 
     from icrl_jax.methods.dt import DecisionTransformer, dt_model_config
-    from icrl_jax.config import default_transformer_config
+    from icrl_jax.core.config import default_transformer_config
     config = _maze_config(tmp_path, num_train_tasks=16)
     config.data.source_kwargs.noise_scale = 0.0
     env = envs.make("point_maze", layout="umaze", task="random_goal")

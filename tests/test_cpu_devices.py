@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from icrl_jax.cpu_devices import ENV, cpu_device_count, usable_cores
+from icrl_jax.core.cpu_devices import ENV, cpu_device_count, usable_cores
 from xla_flags import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +46,7 @@ def test_a_bad_count_is_refused_clearly(value):
 
 def test_the_cli_refuses_a_bad_count_before_doing_anything(tmp_path):
     env = dict(os.environ, **{ENV: "none"})
-    out = subprocess.run([sys.executable, "-m", "icrl_jax.cli", "train", "--config",
+    out = subprocess.run([sys.executable, "-m", "icrl_jax.core.cli", "train", "--config",
                           "experiments/ad/darkroom.py:quick",
                           f"--config.workdir={tmp_path / 'run'}"], cwd=ROOT, env=env,
                          capture_output=True, text=True)
@@ -58,11 +58,11 @@ def test_the_cli_refuses_a_bad_count_before_doing_anything(tmp_path):
 _TRAIN = textwrap.dedent(f"""
     import json, sys
     sys.path.insert(0, {os.path.join(ROOT, "tests")!r})
-    from icrl_jax.cpu_devices import use_one_device_per_core
+    from icrl_jax.core.cpu_devices import use_one_device_per_core
     use_one_device_per_core()
     import jax
     from test_training import copy_task_data, tiny_method, tiny_train_config
-    from icrl_jax.train import data_mesh, train
+    from icrl_jax.core.train import data_mesh, train
     sizes = {{n: data_mesh(n).devices.size for n in (None, 1, 3, 8, 30)}}
     workdir, batch = sys.argv[1], int(sys.argv[2])
     train(tiny_method(), copy_task_data(), tiny_train_config(batch_size=batch), workdir,
@@ -103,7 +103,7 @@ _SAMPLE = textwrap.dedent("""
     import jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
     from icrl_jax.data.dataset import StepWindows, sample_windows
-    from icrl_jax.train import data_mesh, place_data
+    from icrl_jax.core.train import data_mesh, place_data
     rows, length, batch, window = 4, 50, 6, 7
     steps = np.arange(rows)[:, None] * 1000 + np.arange(length)  # encodes (row, t)
     data = StepWindows(jnp.asarray(steps, jnp.int32), jnp.asarray(steps + 1, jnp.int32),

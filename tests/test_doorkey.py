@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import envs
-from envs.doorkey import DoorKey, LAYOUTS, cell_of, split_state
+from icrl_jax import envs
+from icrl_jax.envs.doorkey import DoorKey, LAYOUTS, cell_of, split_state
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.sources import build_source
 from icrl_jax.data.sources.noisy_rational import noisy_rational_probs
@@ -115,7 +115,7 @@ def test_dataset_of_fixed_length_trajectories():
     np.testing.assert_array_equal(agent[:, 0], params.start)
     np.testing.assert_array_equal(key_pos[:, 0], params.key)
     # Consecutive states follow the dynamics.
-    from envs.doorkey import move
+    from icrl_jax.envs.doorkey import move
     nxt = jax.vmap(jax.vmap(move))(agent[:, :-1], key_pos[:, :-1], history.actions[:, :-1])
     np.testing.assert_array_equal(nxt[0], agent[:, 1:])
     np.testing.assert_array_equal(nxt[1], key_pos[:, 1:])

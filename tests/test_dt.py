@@ -9,8 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-import envs
-from icrl_jax.analysis.attention_maps import (context_attention, save_attention_pngs,
+from icrl_jax import envs
+from icrl_jax.papers.gpt_dtma.attention_maps import (context_attention, save_attention_pngs,
                                               write_attention_html)
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, noisy_expert,
@@ -18,7 +18,7 @@ from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, noi
 from icrl_jax.methods.dt import DecisionTransformer, dt_model_config
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.methods.dt_rollout import return_conditioned_source
-from icrl_jax.methods.msat import MAT, MSAT
+from icrl_jax.papers.msat.method import MAT, MSAT
 from icrl_jax.models.dt_tokens import (MultiActionTokens, interleave_step_tokens,
                                        step_attention_mask, token_labels)
 from icrl_jax.models.transformer import default_transformer_config

@@ -12,12 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax import train as T
+from icrl_jax.core import train as T
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.data.pixel_store import PixelStoreWriter, PrefetchLoader
 from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
 from icrl_jax.methods.dt import DecisionTransformer, dt_model_config
-from icrl_jax.methods.msat import MSAT
+from icrl_jax.papers.msat.method import MSAT
 from icrl_jax.models.transformer import default_transformer_config
 
 DIMS = (3, 2)
@@ -137,8 +137,8 @@ def test_msat_pixel_training_from_loader_lowers_loss(store_dir, tmp_path):
 
 def test_dt_host_policy_matches_context_rule(store_dir):
     """The DT policy on the bridge keeps its context rule: rtg minus rewards, reset at done."""
-    from envs.host.bridge import HostStep
-    from envs.host.specs import ViZDoom
+    from icrl_jax.envs.host.bridge import HostStep
+    from icrl_jax.envs.host.specs import ViZDoom
     from icrl_jax.data.rollout import SourceOnHost
     from icrl_jax.methods.dt_rollout import return_conditioned_source
 
@@ -168,7 +168,7 @@ def test_dt_host_policy_matches_context_rule(store_dir):
 
 
 def test_doom_dataset_roundtrips_through_episode_format_and_store(tmp_path):
-    from envs.host import vizdoom as vd
+    from icrl_jax.envs.host import vizdoom as vd
 
     rng = np.random.default_rng(0)
     scenario = "my_way_home"
@@ -203,7 +203,7 @@ def test_doom_dataset_roundtrips_through_episode_format_and_store(tmp_path):
 
 
 def test_doom_episode_stats_counts_only_episodes_that_must_finish():
-    from envs.host import vizdoom as vd
+    from icrl_jax.envs.host import vizdoom as vd
 
     rewards = np.zeros((1, 10), np.float32)
     rewards[0, [2, 8]] = 1.0
@@ -216,8 +216,8 @@ def test_doom_episode_stats_counts_only_episodes_that_must_finish():
 
 
 def test_doomexpert_per_env_noise():
-    from envs.host import vizdoom as vd
-    from envs.host.bridge import HostStep
+    from icrl_jax.envs.host import vizdoom as vd
+    from icrl_jax.envs.host.bridge import HostStep
 
     expert = vd.DoomExpert("my_way_home", (0.0, 1.0))
     priv = jnp.zeros((2, 7)).at[:, 4].set(100.0)  # waypoint straight ahead (+x)
@@ -232,7 +232,7 @@ def test_doomexpert_per_env_noise():
 
 
 def test_vizdoom_configs_resolve():
-    from experiments.dt import vizdoom as V
+    from icrl_jax.experiments.dt import vizdoom as V
 
     for scenario, paper in V.PAPER.items():
         config = V.make_config("msat", scenario)
@@ -249,9 +249,9 @@ def test_vizdoom_configs_resolve():
 def test_table2_columns_share_one_dataset_named_by_its_recording(tmp_path):
     """Table 2's columns are the four methods on one dataset; the dataset folder is named by
     the recording's parameters, so mixed-quality data never reads the expert's store."""
-    import envs
-    from experiments.dt import table2_my_way_home
-    from icrl_jax.column_table import column_config
+    from icrl_jax import envs
+    from icrl_jax.experiments.dt import table2_my_way_home
+    from icrl_jax.reports.columns import column_config
     from icrl_jax.data.builders import dataset_path
 
     env = envs.make("vizdoom", scenario="my_way_home")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from gymnax.environments import environment
 
-import envs
-from envs import (BernoulliBandit, CompositeDarkRoom, ContextualBandit, DarkRoom,
+from icrl_jax import envs
+from icrl_jax.envs import (BernoulliBandit, CompositeDarkRoom, ContextualBandit, DarkRoom,
                   InvalidActionError, KeyToDoor, split_tasks)
-from envs.darkroom import composite_actions
+from icrl_jax.envs.darkroom import composite_actions
 
 UP, DOWN, LEFT, RIGHT, NOOP = range(5)
 KEY = jax.random.PRNGKey(0)

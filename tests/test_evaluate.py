@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import envs
+from icrl_jax import envs
 from icrl_jax.data.dataset import to_step_windows
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.methods.in_context import (CachedContext, PreviousStep, in_context_source,
@@ -326,8 +326,8 @@ def test_context_caches_out_of_range_are_a_clear_error():
 def test_headless_ad_staggered_caches_keep_the_action_set_prompt(prompt):
     """Headless-AD from staggered caches: every cache keeps the action-set prompt in front of
     the steps since it started, and gives the full forward pass's logits over them."""
-    from envs.bandits import BernoulliBandit
-    from icrl_jax.methods.headless_ad import HeadlessAD, default_headless_config
+    from icrl_jax.envs.bandits import BernoulliBandit
+    from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
 
     env = BernoulliBandit(arms=5, max_arms=6, seed=0)
     config = default_transformer_config()

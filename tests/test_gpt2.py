@@ -80,7 +80,7 @@ def test_live_transformers_equivalence(tmp_path):
 
 
 def test_markov_head_test_on_hand_built_and_random_heads():
-    from icrl_jax.analysis.markov_heads import markov_heads, markov_statistics
+    from icrl_jax.papers.gpt_dtma.markov_heads import markov_heads, markov_statistics
     d, h = 16, 2
     rng = np.random.default_rng(0)
     kernel = rng.normal(0, 0.02, (d, 3, h, d // h))
@@ -101,7 +101,7 @@ def test_markov_head_test_on_hand_built_and_random_heads():
 
 @pytest.mark.parametrize("d_model, head_dim", [(128, 32), (768, 64)])
 def test_a_self_attending_head_passes_r2_only_in_a_privileged_basis(d_model, head_dim):
-    from icrl_jax.analysis.markov_heads import markov_statistics, random_basis_ratio
+    from icrl_jax.papers.gpt_dtma.markov_heads import markov_statistics, random_basis_ratio
     rng = np.random.default_rng(1)
     # W_q = W_k in a random basis: every diagonal element positive (R.1), R.2 at its bound.
     w = rng.normal(size=(d_model, head_dim))
@@ -116,8 +116,8 @@ def test_a_self_attending_head_passes_r2_only_in_a_privileged_basis(d_model, hea
 
 
 def test_pretrain_lm_learns_bytes_and_writes_a_loadable_checkpoint(tmp_path):
-    from experiments.gpt_dtma.lm import get_config
-    from icrl_jax import run
+    from icrl_jax.experiments.gpt_dtma.lm import get_config
+    from icrl_jax.core import run
 
     corpus = tmp_path / "text.txt"
     corpus.write_text("the cat sat on the mat. " * 400)

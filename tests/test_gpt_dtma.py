@@ -10,12 +10,12 @@ import ml_collections
 import numpy as np
 import pytest
 
-from icrl_jax import train as T
-from icrl_jax.analysis.head_importance import ablation_importance, gate_importance
-from icrl_jax.config import default_train_config, default_transformer_config, dt_model_config
+from icrl_jax.core import train as T
+from icrl_jax.papers.gpt_dtma.head_importance import ablation_importance, gate_importance
+from icrl_jax.core.config import default_train_config, default_transformer_config, dt_model_config
 from icrl_jax.data.train_data import on_device
 from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.methods.dt import DecisionTransformer
 from icrl_jax.models.gpt2 import CheckpointFormatError, load_hf_gpt2
 from icrl_jax.models.transformer import Transformer
@@ -170,8 +170,8 @@ def test_markov_penalty_is_alpha_times_g_markov_and_lowers_it(tmp_path):
 def test_point_maze_table_end_to_end(tmp_path):
     """`icrl-jax report` on the GPT-DTMA maze config, shrunk: a DT and a GPT-DTMA column from the
     fixture LM; the table, the head analysis and G_Markov come out; a second call resumes."""
-    from experiments.gpt_dtma.point_maze import get_config
-    from icrl_jax.run import report
+    from icrl_jax.experiments.gpt_dtma.point_maze import get_config
+    from icrl_jax.core.run import report
 
     config = get_config("quick")
     config.workdir = str(tmp_path)
@@ -232,7 +232,7 @@ def test_point_maze_table_end_to_end(tmp_path):
 
 
 def test_self_attention_reads_the_diagonal_over_valid_tokens():
-    from icrl_jax.analysis.attention_maps import self_attention
+    from icrl_jax.papers.gpt_dtma.attention_maps import self_attention
     t = 4
     identity = jnp.broadcast_to(jnp.eye(t), (2, 1, t, t))  # every token attends to itself
     causal = jnp.tril(jnp.ones((t, t))) / jnp.arange(1, t + 1)[:, None]  # uniform over the past
@@ -249,10 +249,10 @@ def test_clip_column_takes_the_clip_shape_and_is_skipped_without_weights(tmp_pat
     """CLIP-DT (Table 3): a column that starts from CLIP's text encoder takes the encoder's shape
     (width, depth, heads, MLP ratio, quick GELU) next to GPT columns of another shape, builds a
     DT whose blocks are CLIP's, and is left out of the table while `report.clip` is empty."""
-    from experiments.gpt_dtma.hopper import get_config
-    from icrl_jax.column_table import column_config, runnable_columns
+    from icrl_jax.experiments.gpt_dtma.hopper import get_config
+    from icrl_jax.reports.columns import column_config, runnable_columns
     from icrl_jax.methods import build_method
-    from icrl_jax.run import build_env
+    from icrl_jax.core.run import build_env
 
     clip = os.path.join(os.path.dirname(__file__), "fixtures", "clip_text_tiny")  # 2 x 32, 4 heads
     config = get_config("quick")
@@ -269,8 +269,8 @@ def test_clip_column_takes_the_clip_shape_and_is_skipped_without_weights(tmp_pat
     method = build_method(seeded, build_env(seeded))
     assert method.label(seeded) == "clip_dt"
     # A single run takes the shape the same way (`--config.model.pretrained_architecture=True`).
-    from experiments.continuous.hopper import get_config as hopper_config
-    from icrl_jax.run import resolve_config
+    from icrl_jax.experiments.continuous.hopper import get_config as hopper_config
+    from icrl_jax.core.run import resolve_config
     single = hopper_config("quick")
     single.workdir = str(tmp_path / "single")
     single.model.update(dict(pretrained=clip, pretrained_architecture=True))
@@ -284,9 +284,9 @@ def test_clip_column_takes_the_clip_shape_and_is_skipped_without_weights(tmp_pat
 def test_quick_context_k10_is_the_quick_large_maze_gpt_dtma_column():
     """Table 5 at quick scale: its k = 10 column trains exactly the README's quick large-maze
     row's GPT-DTMA (`:quick` with the large maze's overrides), and only seq_len varies with k."""
-    from experiments.gpt_dtma.point_maze import CONTEXTS, QUICK_LARGE_MAZE, get_config
-    from icrl_jax.column_table import column_config
-    from icrl_jax.config import set_dotted
+    from icrl_jax.experiments.gpt_dtma.point_maze import CONTEXTS, QUICK_LARGE_MAZE, get_config
+    from icrl_jax.reports.columns import column_config
+    from icrl_jax.core.config import set_dotted
 
     row = get_config("quick")
     for dotted, value in {**QUICK_LARGE_MAZE, "env.kwargs.layout": "large",

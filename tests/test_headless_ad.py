@@ -12,12 +12,12 @@ import pytest
 from icrl_jax.data.dataset import StepWindows, sample_windows, to_step_windows
 from icrl_jax.data.train_data import on_device
 from icrl_jax.data.history import History
-from icrl_jax.methods.headless_ad import (HeadlessAD, PermutedAD, default_headless_config,
+from icrl_jax.papers.headless_ad.method import (HeadlessAD, PermutedAD, default_headless_config,
                                           permute_action_ids, prompt_attention_mask,
                                           orthonormal_columns, sample_action_embeddings)
 from icrl_jax.models.heads import mask_logits
 from icrl_jax.models.transformer import default_transformer_config
-from icrl_jax.train import default_train_config, train
+from icrl_jax.core.train import default_train_config, train
 
 A, E, L = 6, 16, 12
 
@@ -238,8 +238,8 @@ def test_permute_action_ids_relabels_available_actions_consistently():
 
 def test_registry_builds_headless_ad_and_report_writes_table(tmp_path):
     from icrl_jax.methods import build_method
-    from icrl_jax.report import write_report
-    import envs
+    from icrl_jax.papers.headless_ad.table1 import write_report
+    from icrl_jax import envs
 
     config = ml_collections.ConfigDict(dict(method="headless_ad", model=tiny_config()))
     env = envs.make("bernoulli_bandit", arms=(4, 20))
@@ -271,7 +271,7 @@ def test_registry_builds_headless_ad_and_report_writes_table(tmp_path):
 
 def test_report_reuses_an_evaluation_only_at_the_configured_step(tmp_path):
     """Raising `train.num_steps` must resume and re-evaluate a seed, not reuse its old table."""
-    from icrl_jax.run import evaluated_at
+    from icrl_jax.core.run import evaluated_at
 
     assert not evaluated_at(str(tmp_path), 100)  # nothing evaluated yet
     (tmp_path / "variants.json").write_text(json.dumps(dict(checkpoint_step=100, variants={})))
@@ -309,7 +309,7 @@ def test_cached_decoding_equals_the_full_forward_pass(prompt, position, gated, n
 def test_cached_rollout_takes_the_actions_of_the_recomputed_window():
     """A bandit rollout that fits in the context: the cached in-context policy and the one that
     recomputes the window every step choose the same arms."""
-    from envs.bandits import BernoulliBandit
+    from icrl_jax.envs.bandits import BernoulliBandit
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.methods.in_context import in_context_source
 
@@ -332,10 +332,10 @@ def test_ngram_prompt_ids_match_nothing_and_cached_rollouts_take_the_same_action
     """Prompt tokens get unique negative ids (no n-gram match with a step or each other), and a
     model with n-gram layers takes the same actions decoded from a cache as with its window
     recomputed every step."""
-    from envs.bandits import BernoulliBandit
+    from icrl_jax.envs.bandits import BernoulliBandit
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.methods.in_context import in_context_source
-    from icrl_jax.methods.headless_ad import with_prompt_ids
+    from icrl_jax.papers.headless_ad.method import with_prompt_ids
     from icrl_jax.models.ngram import token_equality
 
     window = random_window()
@@ -364,10 +364,10 @@ def test_contextual_model_transfers_to_bernoulli_bandits_seen_through_a_context(
     """Appendix D (Figure 9) end to end at toy size: a Headless-AD model trained on contextual
     bandits is evaluated on Bernoulli bandits whose observation is one fixed context, and the
     report gives that transfer a column of its own."""
-    from experiments.headless_ad import contextual_bandit
-    from icrl_jax import run as R
-    from icrl_jax.config import set_dotted
-    from icrl_jax.report import write_report
+    from icrl_jax.experiments.headless_ad import contextual_bandit
+    from icrl_jax.core import run as R
+    from icrl_jax.core.config import set_dotted
+    from icrl_jax.papers.headless_ad.table1 import write_report
 
     config = contextual_bandit.get_config("quick")
     for key, value in {"workdir": str(tmp_path / "run"), "run.progress": False,

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from jax.experimental import io_callback
 
-from envs.host import miniworld as mw
-from envs.host.bridge import HostEnvError, HostStep, RandomPolicy, env_seeds, host_rollout
+from icrl_jax.envs.host import miniworld as mw
+from icrl_jax.envs.host.bridge import HostEnvError, HostStep, RandomPolicy, env_seeds, host_rollout
 
 STEPS = 120  # crosses the 50-step dark-room and the 100-step key-to-door episode ends
 
@@ -48,7 +48,7 @@ MINIWORLD_FNS = [functools.partial(mw.make_darkroom, 3, 50),
 
 @pytest.fixture(scope="module")
 def miniworld_pool():
-    from envs.host.bridge import HostVectorEnv
+    from icrl_jax.envs.host.bridge import HostVectorEnv
     pool = HostVectorEnv(MINIWORLD_FNS, timeout_s=60)
     yield pool
     pool.close()
@@ -124,7 +124,7 @@ def test_rebuilt_workers_roll_out_as_a_fresh_pool_does():
     equals stepping those envs directly, and a policy's compiled rollout is reused while the
     pool keeps its size. Envs with other spaces are refused with the worker named."""
     import gymnasium as gym
-    from envs.host.bridge import HostVectorEnv
+    from icrl_jax.envs.host.bridge import HostVectorEnv
     pool = HostVectorEnv(MINIWORLD_FNS, timeout_s=60)
     try:
         policy = RandomPolicy(pool.single_action_space)
@@ -153,7 +153,7 @@ def test_rebuilt_workers_roll_out_as_a_fresh_pool_does():
 
 
 def test_miniworld_task_split_is_disjoint():
-    import envs
+    from icrl_jax import envs
     train, test = envs.make("miniworld_darkroom").task_split(50, 20, seed=0)
     assert len(set(train.tolist()) & set(test.tolist())) == 0 and len(train) == 50
     pairs = mw.key_door_pairs()
@@ -173,7 +173,7 @@ def test_oracle_turns_toward_target():
 
 
 def test_pixel_darkroom_shows_agent_where_state_says():
-    from envs.darkroom import DarkRoom
+    from icrl_jax.envs.darkroom import DarkRoom
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.data.sources.uniform import uniform_random
 
@@ -206,7 +206,7 @@ def test_pixel_darkroom_shows_agent_where_state_says():
 
 
 def test_multidiscrete_actions_press_the_right_vizdoom_buttons():
-    from envs.host import vizdoom as vd
+    from icrl_jax.envs.host import vizdoom as vd
     dc = dict(zip(vd.BUTTONS["deadly_corridor"], vd.multidiscrete_to_buttons(
         "deadly_corridor", [1, 2, 2, 1])))
     assert {b for b, v in dc.items() if v} == {"TURN_LEFT", "MOVE_BACKWARD", "MOVE_RIGHT", "ATTACK"}
@@ -233,7 +233,7 @@ def test_multidiscrete_actions_press_the_right_vizdoom_buttons():
 
 @pytest.mark.parametrize("scenario", ["deadly_corridor", "my_way_home"])
 def test_vizdoom_bridge_matches_direct_stepping(scenario):
-    from envs.host import vizdoom as vd
+    from icrl_jax.envs.host import vizdoom as vd
     fns = [functools.partial(vd.make_doom, scenario)] * 2
     pool = vd.doom_bridge(scenario, 2, timeout_s=60)
     try:
@@ -253,7 +253,7 @@ def test_vizdoom_bridge_matches_direct_stepping(scenario):
 
 
 def test_doom_episode_format_roundtrip(tmp_path):
-    from envs.host import vizdoom as vd
+    from icrl_jax.envs.host import vizdoom as vd
     t = 5
     ep = {"observations": np.zeros((t, 72, 128, 3), np.uint8),
           "actions": np.ones((t, 2), np.int32), "rewards": np.zeros(t, np.float32),

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from icrl_jax.host_memory import OPT_OUT, TUNABLE, _is_glibc, huge_page_environment
+from icrl_jax.core.host_memory import OPT_OUT, TUNABLE, _is_glibc, huge_page_environment
 
 
 def _transparent_huge_pages() -> bool:
@@ -72,7 +72,7 @@ def test_environment_adds_the_tunable_once_keeps_the_users_and_respects_the_opt_
 def test_reexec_runs_the_same_command_once_with_the_tunable():
     script = ("import os, sys\n"
               "print('start', os.environ.get('GLIBC_TUNABLES'), sys.argv[1:], flush=True)\n"
-              "from icrl_jax.host_memory import reexec_with_huge_pages\n"
+              "from icrl_jax.core.host_memory import reexec_with_huge_pages\n"
               "reexec_with_huge_pages()\n"
               "print('after', os.environ.get('GLIBC_TUNABLES'))\n")
     out = subprocess.run([sys.executable, "-c", script, "--flag=1"], env=_clean_environment(),

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from experiments.ad.key_to_door_failures import (door_rate_by_distance, door_revisits,
+from icrl_jax.experiments.ad.key_to_door_failures import (door_rate_by_distance, door_revisits,
                                                  episode_spans, outcome_transitions)
 
 

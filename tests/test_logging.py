@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from icrl_jax import logging_utils
-from icrl_jax.errors import UserError
-from icrl_jax.logging_utils import MetricsLogger, finish_wandb, wandb_run_id
+from icrl_jax.core import logging_utils
+from icrl_jax.core.errors import UserError
+from icrl_jax.core.logging_utils import MetricsLogger, finish_wandb, wandb_run_id
 
 
 def read_wandb_records(path: str):

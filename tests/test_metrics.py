@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from icrl_jax import metrics as M
+from icrl_jax.core import metrics as M
 
 
 def test_episode_returns_split_at_dones_and_drop_the_incomplete_tail():

@@ -6,7 +6,7 @@ import pytest
 minari = pytest.importorskip("minari")
 
 from icrl_jax.data import minari_io as mio  # noqa: E402
-from icrl_jax.errors import UserError  # noqa: E402
+from icrl_jax.core.errors import UserError  # noqa: E402
 
 
 class _Spec:  # the typed EnvSpec attributes spaces_of reads

@@ -9,16 +9,16 @@ import ml_collections
 import numpy as np
 import pytest
 
-from envs.host.bridge import HostStep
-from icrl_jax import train as T
-from icrl_jax.config import base_config
+from icrl_jax.envs.host.bridge import HostStep
+from icrl_jax.core import train as T
+from icrl_jax.core.config import base_config
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.data.pixel_store import (PixelStore, PixelStoreWriter, StepWindowsLoader,
                                        example_step_windows)
 from icrl_jax.data.rollout import SourceOnHost
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.methods.in_context import in_context_source
-from envs.host.specs import MiniworldRoom
+from icrl_jax.envs.host.specs import MiniworldRoom
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.encoders import VQVAE, vq_ngram_ids
 from icrl_jax.models.ngram import get_ngram_ids, ngram_pattern, register_ngram_ids
@@ -214,8 +214,8 @@ def test_vq_codes_are_ngram_ids():
 
 
 def test_miniworld_configs_resolve_to_the_one_pipeline():
-    from experiments.miniworld import ad_darkroom, ad_key_to_door
-    from icrl_jax.run import build_env
+    from icrl_jax.experiments.miniworld import ad_darkroom, ad_key_to_door
+    from icrl_jax.core.run import build_env
 
     for module, length in ((ad_darkroom, 50), (ad_key_to_door, 100)):
         for preset in ("", "quick"):

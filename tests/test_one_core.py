@@ -9,12 +9,12 @@ import jax
 import numpy as np
 import pytest
 
-import envs
-from icrl_jax import metrics as M
-from icrl_jax import sweep
-from icrl_jax.errors import UnknownNameError
+from icrl_jax import envs
+from icrl_jax.core import metrics as M
+from icrl_jax.tools import sweep
+from icrl_jax.core.errors import UnknownNameError
 from icrl_jax.methods import build_method, method_class, method_names
-from icrl_jax.run import rollout_and_score
+from icrl_jax.core.run import rollout_and_score
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [
@@ -49,8 +49,8 @@ def test_last_episode_return_is_each_rollouts_own_last_episode():
 def test_sweep_and_pipeline_give_the_same_score_on_key_to_door(tmp_path):
     """The sweep's scores and the pipeline's come from one metric definition: on Key-to-Door,
     where episodes end early, the same rollouts give the same model and source scores."""
-    from experiments.ad.key_to_door import get_config
-    from icrl_jax.config import finalize
+    from icrl_jax.experiments.ad.key_to_door import get_config
+    from icrl_jax.core.config import finalize
 
     config = get_config("quick")
     config.model.update(dict(d_model=16, num_layers=1, num_heads=2))

@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import envs
-from envs.continuous import PointMaze, PointMazeState, next_cell_table, parse_layout
-from envs.continuous import point_maze as pm
-from envs.core import InvalidActionError
+from icrl_jax import envs
+from icrl_jax.envs.continuous import PointMaze, PointMazeState, next_cell_table, parse_layout
+from icrl_jax.envs.continuous import point_maze as pm
+from icrl_jax.envs.core import InvalidActionError
 
 LAYOUTS = ("umaze", "medium", "large")
 

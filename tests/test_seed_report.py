@@ -7,11 +7,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.methods.ad import AD
-from icrl_jax.report import write_report
-from icrl_jax.metrics import mean_and_stderr
-from icrl_jax.seed_report import summarise_seeds, load_seed_runs
+from icrl_jax.papers.headless_ad.table1 import write_report
+from icrl_jax.core.metrics import mean_and_stderr
+from icrl_jax.reports.seeds import summarise_seeds, load_seed_runs
 
 
 def _run(tmp_path, name, *, ngram, seed, last, curve, env="key_to_door"):

@@ -6,13 +6,13 @@ import jax
 import numpy as np
 import pytest
 
-import envs
-from icrl_jax import metrics as M
-from icrl_jax import sweep as S
-from icrl_jax.config import base_config
+from icrl_jax import envs
+from icrl_jax.core import metrics as M
+from icrl_jax.tools import sweep as S
+from icrl_jax.core.config import base_config
 from icrl_jax.data.dataset import sample_windows, to_step_windows
 from icrl_jax.data.train_data import on_device
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.data.history import History, HistoryFormatError
 
 
@@ -204,8 +204,8 @@ def test_key_to_door_explorer_search_trains_the_train_recipe(preset):
     """Fig. 2's search at CPU scale searches `ad/key_to_door.py`'s recipe: outside the searched
     hyperparameters (and the positional table's size, unused past the 100-step window), every
     data, model, training and evaluation setting is the train preset's."""
-    from experiments.ad.key_to_door import get_config as train_config
-    from experiments.ngram.key_to_door import get_config as sweep_config
+    from icrl_jax.experiments.ad.key_to_door import get_config as train_config
+    from icrl_jax.experiments.ngram.key_to_door import get_config as sweep_config
 
     def flat(tree, prefix=""):
         out = {}

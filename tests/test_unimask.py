@@ -10,16 +10,17 @@ import ml_collections
 import numpy as np
 import pytest
 
-import envs
-from envs.doorkey import DoorKey, cell_of
-from experiments.unimask.doorkey import get_config
-from icrl_jax import masking_grid, run
-from icrl_jax import train as T
+from icrl_jax import envs
+from icrl_jax.envs.doorkey import DoorKey, cell_of
+from icrl_jax.experiments.unimask.doorkey import get_config
+from icrl_jax.papers.unimask import grid as masking_grid
+from icrl_jax.core import run
+from icrl_jax.core import train as T
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.sources import build_source
-from icrl_jax.errors import UnknownNameError, UserError
-from icrl_jax.methods.unimask import UniMask, sample_past
-from icrl_jax.methods.unimask_masks import TASKS
+from icrl_jax.core.errors import UnknownNameError, UserError
+from icrl_jax.papers.unimask.method import UniMask, sample_past
+from icrl_jax.papers.unimask.masks import TASKS
 
 K = 10
 
@@ -173,7 +174,7 @@ def test_clear_errors(doorkey_data, tmp_path):
 
 
 def test_maze_returns_table_end_to_end(tmp_path):
-    from experiments.unimask.maze2d import get_config as maze_config
+    from icrl_jax.experiments.unimask.maze2d import get_config as maze_config
     config = maze_config("quick")
     config.workdir = str(tmp_path / "maze")
     config.data.num_train_tasks = 30
@@ -239,7 +240,7 @@ def test_paper_scale_default_is_the_papers_setting():
 
 
 def test_data_size_report_from_three_grids(tmp_path):
-    from icrl_jax import report
+    from icrl_jax.papers.headless_ad import table1 as report
     rng = np.random.default_rng(0)
     rows = list(TASKS) + ["random", masking_grid.FINETUNED]
     made = {}

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax.errors import UserError
-from icrl_jax.methods import unimask_masks as M
+from icrl_jax.core.errors import UserError
+from icrl_jax.papers.unimask import masks as M
 
 K = 5
 

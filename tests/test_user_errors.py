@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import envs
-from icrl_jax import config as C
-from icrl_jax.errors import UnknownNameError, UserError
+from icrl_jax import envs
+from icrl_jax.core import config as C
+from icrl_jax.core.errors import UnknownNameError, UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DARKROOM = "experiments/ad/darkroom.py:quick"
@@ -75,7 +75,7 @@ def test_report_of_a_directory_holding_no_run_is_one_line(tmp_path):
 
 def test_user_error_raised_by_a_config_file_is_one_line(tmp_path):
     path = tmp_path / "cfg.py"
-    path.write_text("from icrl_jax.errors import unknown_name\n"
+    path.write_text("from icrl_jax.core.errors import unknown_name\n"
                     "def get_config(preset=''):\n"
                     "    raise unknown_name('action set', 'trian', ['train', 'test'])\n")
     assert_user_error(run_cli("train", "--config", str(path)),
@@ -95,7 +95,7 @@ def test_bugs_in_a_config_file_keep_their_traceback(tmp_path, bug):
 # --- config.py ----------------------------------------------------------------------------------
 
 def darkroom_config():
-    from experiments.ad.darkroom import get_config
+    from icrl_jax.experiments.ad.darkroom import get_config
     return get_config("quick")
 
 
@@ -147,7 +147,7 @@ def test_check_workdir_refuses_an_unreadable_config_json(tmp_path):
 
 
 def test_config_defaults_without_model_or_training_code():
-    code = ("import sys, icrl_jax.config as c; c.base_config(); "
+    code = ("import sys, icrl_jax.core.config as c; c.base_config(); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'flax', 'orbax', 'optax'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -157,7 +157,7 @@ def test_config_defaults_without_model_or_training_code():
 
 def test_config_defaults_match_the_model_and_trainer():
     from icrl_jax.models.transformer import default_transformer_config
-    from icrl_jax.train import default_train_config
+    from icrl_jax.core.train import default_train_config
     assert C.default_transformer_config().to_dict() == default_transformer_config().to_dict()
     assert C.default_train_config().to_dict() == default_train_config().to_dict()
 

@@ -12,16 +12,16 @@ import ml_collections
 import numpy as np
 import pytest
 
-from envs.host.bridge import HostStep
-from envs.host.specs import MiniworldRoom
-from icrl_jax.config import base_config, default_vq_config, set_dotted
+from icrl_jax.envs.host.bridge import HostStep
+from icrl_jax.envs.host.specs import MiniworldRoom
+from icrl_jax.core.config import base_config, default_vq_config, set_dotted
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.data.pixel_store import FramesLoader, PixelStore, PixelStoreWriter
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.models.encoders import (VQ_CONFIG, VQCheckpointError, load_vq, save_vq,
                                       vq_ids_from_config)
 from icrl_jax.models.ngram import config_ngram_ids
-from icrl_jax.vq_pretrain import pretrain_vq, read_summary
+from icrl_jax.papers.ngram.vq_pretrain import pretrain_vq, read_summary
 
 SIZE = 16
 NUM_SCENES = 6
@@ -172,9 +172,9 @@ def test_vq_checkpoint_errors_name_the_problem(pretrained, tmp_path):
 
 
 def test_vq_ngram_config_errors(tmp_path):
-    from experiments.ad import darkroom
-    from experiments.miniworld import ad_darkroom
-    from icrl_jax.run import resolve_config
+    from icrl_jax.experiments.ad import darkroom
+    from icrl_jax.experiments.miniworld import ad_darkroom
+    from icrl_jax.core.run import resolve_config
 
     grid = darkroom.get_config("quick_ngram")
     grid.workdir = str(tmp_path / "grid")
@@ -196,9 +196,9 @@ def test_vq_ngram_config_errors(tmp_path):
 
 
 def test_miniworld_ngram_presets(tmp_path):
-    from experiments.miniworld import ad_darkroom, ad_key_to_door
-    from experiments.miniworld.common import ABLATIONS
-    from icrl_jax.run import resolve_config
+    from icrl_jax.experiments.miniworld import ad_darkroom, ad_key_to_door
+    from icrl_jax.experiments.miniworld.common import ABLATIONS
+    from icrl_jax.core.run import resolve_config
 
     for module in (ad_darkroom, ad_key_to_door):
         ad, ngram = module.get_config("quick"), module.get_config("quick_ngram")
@@ -230,8 +230,8 @@ def test_train_pretrains_vq_then_ad_with_vq_ngrams_and_acts_in_context(tmp_path)
     """`train` on a Miniworld quick_ngram config whose store already exists (tiny, synthetic
     64x64 frames, so no simulator runs): the VQ stage, AD + n-gram on VQ codes, a checkpoint
     tagged with the VQ's fingerprint, and the in-context policy acting on its own pixels."""
-    from experiments.miniworld import ad_darkroom
-    from icrl_jax import run as R
+    from icrl_jax.experiments.miniworld import ad_darkroom
+    from icrl_jax.core import run as R
     from icrl_jax.data.rollout import SourceOnHost
     from icrl_jax.methods import build_method
     from icrl_jax.methods.in_context import in_context_source

@@ -1,5 +1,5 @@
 """`XLA_FLAGS` for the tests' subprocesses: this test run's own flags (`conftest.py`), with the
-CPU device count replaced by the one a test asks for (or dropped, to let `icrl_jax.cpu_devices`
+CPU device count replaced by the one a test asks for (or dropped, to let `icrl_jax.core.cpu_devices`
 choose)."""
 
 from __future__ import annotations

@@ -35,9 +35,9 @@ import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from envs.core import EPISODIC, ICRLEnv
-from envs.continuous.point_maze import check_continuous_action
-from envs.tasks import as_task_ids
+from icrl_jax.envs.core import EPISODIC, ICRLEnv
+from icrl_jax.envs.continuous.point_maze import check_continuous_action
+from icrl_jax.envs.tasks import as_task_ids
 
 #: Our env names -> brax's.
 BRAX_NAMES = {"hopper": "hopper", "walker2d": "walker2d", "halfcheetah": "halfcheetah"}

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs.host.bridge import HostStep
+from icrl_jax.envs.host.bridge import HostStep
 
 ROOM = 9  # cells per side; cell (row, col) spans x in [col, col+1], z in [row, row+1]
 FORWARD, TURN_LEFT, TURN_RIGHT = 0, 1, 2

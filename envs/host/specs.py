@@ -15,7 +15,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from envs.core import EnvSpec
+from icrl_jax.envs.core import EnvSpec
 
 
 class HostEnv(EnvSpec, abc.ABC):
@@ -57,7 +57,7 @@ class HostEnv(EnvSpec, abc.ABC):
     def make_bridge(self, tasks: np.ndarray):
         """A `HostVectorEnv` with one simulator per row of `tasks` (`set_envs(env_fns(rows))`
         gives its workers other rows without new processes)."""
-        from envs.host.bridge import HostVectorEnv
+        from icrl_jax.envs.host.bridge import HostVectorEnv
         return HostVectorEnv(self.env_fns(tasks), record=False)
 
     @abc.abstractmethod
@@ -83,7 +83,7 @@ class MiniworldRoom(HostEnv):
         self.layout, self.episode_length = layout, int(episode_length)
 
     def tasks(self) -> np.ndarray:
-        from envs.host import miniworld as mw
+        from icrl_jax.envs.host import miniworld as mw
         return mw.darkroom_goals() if self.layout == "darkroom" else mw.key_door_pairs()
 
     @property
@@ -91,12 +91,12 @@ class MiniworldRoom(HostEnv):
         return len(self.tasks())
 
     def env_fns(self, tasks: np.ndarray) -> list:
-        from envs.host import miniworld as mw
+        from icrl_jax.envs.host import miniworld as mw
         make = mw.darkroom_env_fns if self.layout == "darkroom" else mw.key_to_door_env_fns
         return make(tasks, self.episode_length)
 
     def oracle(self, num_steps: int, **kwargs):
-        from envs.host import miniworld as mw
+        from icrl_jax.envs.host import miniworld as mw
         try:
             return mw.NoisyOracle(num_steps, **kwargs)
         except TypeError as e:
@@ -110,7 +110,7 @@ class ViZDoom(HostEnv):
     num_tasks = 1
 
     def __init__(self, scenario: str = "my_way_home"):
-        from envs.host import vizdoom as vd
+        from icrl_jax.envs.host import vizdoom as vd
         if scenario not in vd.SCENARIOS:
             raise ValueError(f"env.kwargs.scenario must be one of {vd.SCENARIOS}, got {scenario!r}")
         self.scenario = scenario
@@ -133,11 +133,11 @@ class ViZDoom(HostEnv):
         return np.zeros(1, np.int32)
 
     def env_fns(self, tasks: np.ndarray) -> list:
-        from envs.host import vizdoom as vd
+        from icrl_jax.envs.host import vizdoom as vd
         return vd.doom_env_fns(self.scenario, len(tasks))
 
     def oracle(self, num_steps: int, noise: float = 0.0, **kwargs):
-        from envs.host import vizdoom as vd
+        from icrl_jax.envs.host import vizdoom as vd
         del num_steps, kwargs
         return vd.DoomExpert(self.scenario, noise)
 
@@ -145,7 +145,7 @@ class ViZDoom(HostEnv):
         """Return and success over the episodes that start early enough to end within the
         rollout whatever happens (`vizdoom.episode_stats`); Deadly Corridor also in the M-SAT
         paper's units (ViZDoom's reward / 100)."""
-        from envs.host import vizdoom as vd
+        from icrl_jax.envs.host import vizdoom as vd
         max_start = int(num_steps) - vd.MAX_EPISODE_STEPS - 1  # 1 step of slack
         if max_start < 0:
             raise ValueError(f"eval.num_steps={num_steps} is shorter than one "

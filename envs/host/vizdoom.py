@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs.host.bridge import HostStep, HostVectorEnv
+from icrl_jax.envs.host.bridge import HostStep, HostVectorEnv
 
 SCENARIOS = ("deadly_corridor", "my_way_home")
 FRAME_SKIP = 4
@@ -351,7 +351,7 @@ def record_expert_dataset(directory: str, scenario: str, num_steps: int, num_env
     """
     import time
 
-    from envs.host.bridge import host_rollout
+    from icrl_jax.envs.host.bridge import host_rollout
     from icrl_jax.data.pixel_store import PixelStoreWriter
 
     if num_steps < 1 or num_envs < 1 or steps_per_call < 1:

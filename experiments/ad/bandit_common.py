@@ -1,6 +1,6 @@
 """What the AD bandit experiments share (Headless-AD sections 4.1-4.2, AD baselines)."""
 
-from icrl_jax.config import base_config, cpu_preset
+from icrl_jax.core.config import base_config, cpu_preset
 
 QUICK = cpu_preset(train_steps=1000, batch_size=64, seq_len=100, **{
     "env.kwargs.arms": 5,

@@ -6,8 +6,8 @@ d_model 512, 64 heads. Evaluation: 300 in-context steps on held-out bandits of t
 distribution, next to Thompson sampling and a random policy (normalised score: random 0, TS 1).
 """
 
-from experiments.ad.bandit_common import QUICK, bandit_config
-from icrl_jax.config import apply_preset
+from icrl_jax.experiments.ad.bandit_common import QUICK, bandit_config
+from icrl_jax.core.config import apply_preset
 
 
 def get_config(preset: str = ""):

@@ -5,8 +5,8 @@
 argmax ("mode") action selection.
 """
 
-from experiments.ad.bandit_common import QUICK, bandit_config
-from icrl_jax.config import apply_preset
+from icrl_jax.experiments.ad.bandit_common import QUICK, bandit_config
+from icrl_jax.core.config import apply_preset
 
 
 def get_config(preset: str = ""):

@@ -4,8 +4,8 @@ Paper scale (default): 60 training goals / 20 held-out, ~1K Q-learning histories
 hidden 512, batch 1024, 10K updates, context 200 steps (4 episodes).
 """
 
-from experiments.ad.grid_common import grid_config, quick_oracle_preset
-from icrl_jax.config import apply_preset
+from icrl_jax.experiments.ad.grid_common import grid_config, quick_oracle_preset
+from icrl_jax.core.config import apply_preset
 
 #: `quick_oracle`: the earlier main job. It distils a noisy oracle whose noise decays over the
 #: history (`grid_common.quick_oracle_preset`), with a 1-gram induction layer after the first

@@ -1,6 +1,6 @@
 """What the AD grid-world experiments share (n-gram paper, appendix B-D)."""
 
-from icrl_jax.config import base_config, cpu_preset
+from icrl_jax.core.config import base_config, cpu_preset
 
 
 def q_learning_grid_config(experiment: str, env_name: str):

@@ -5,8 +5,8 @@ them (here: 8 per task), 200 Q-learning episodes of 50 steps each, 100 held-out 
 batch 1024, 10K updates, context 200 steps.
 """
 
-from experiments.ad.grid_common import grid_config, quick_oracle_preset
-from icrl_jax.config import apply_preset
+from icrl_jax.experiments.ad.grid_common import grid_config, quick_oracle_preset
+from icrl_jax.core.config import apply_preset
 
 PRESETS = {
     # As ad/darkroom.py:quick; the oracle heads for the key first, then the door.

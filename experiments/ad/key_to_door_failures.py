@@ -85,8 +85,8 @@ def roll_out(preset: str, seed: int, workdir: str, num_rollouts: int):
     """The run's model on its first `num_rollouts` held-out goals (one rollout each)."""
     import jax
 
-    from experiments.ad.key_to_door import get_config
-    from icrl_jax import run as R
+    from icrl_jax.experiments.ad.key_to_door import get_config
+    from icrl_jax.core import run as R
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.methods import build_method
 

@@ -19,8 +19,8 @@ return targets are set from it (`eval.target_returns`). `:quick`: a short PPO ru
 far from D4RL's), a 50k-step medium dataset and a small DT, minutes on a 2-core CPU.
 """
 
-from experiments.continuous import gpt_dtma_dt_config
-from icrl_jax.config import apply_preset, cpu_preset
+from icrl_jax.experiments.continuous import gpt_dtma_dt_config
+from icrl_jax.core.config import apply_preset, cpu_preset
 
 #: Per env: paper-scale PPO steps for the expert, DT return targets and rtg scale (paper / quick).
 ENVS = {

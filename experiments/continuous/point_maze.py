@@ -14,8 +14,8 @@ decay 1e-4, batch 64, 100K updates, a GPT-2-sized DT (12 layers, 12 heads, d_mod
 `:quick`: U maze, a small model, a few CPU minutes.
 """
 
-from experiments.continuous import gpt_dtma_dt_config
-from icrl_jax.config import apply_preset, cpu_preset
+from icrl_jax.experiments.continuous import gpt_dtma_dt_config
+from icrl_jax.core.config import apply_preset, cpu_preset
 
 PRESETS = {
     "quick": cpu_preset(

@@ -1,7 +1,7 @@
 """Decision Transformer on brax walker2d, D4RL-style medium / medium-replay / medium-expert data made
 by on-device PPO; the data, model and presets are hopper's (experiments/continuous/hopper.py)."""
 
-from experiments.continuous.hopper import locomotion_config
+from icrl_jax.experiments.continuous.hopper import locomotion_config
 
 
 def get_config(preset: str = ""):

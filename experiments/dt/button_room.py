@@ -10,8 +10,8 @@ No-PE ablation: `--config.model.timestep_encoding=none`; token positions instead
 `--config.model.timestep_encoding=position`.
 """
 
-from icrl_jax.config import apply_preset, base_config
-from icrl_jax.config import dt_model_config
+from icrl_jax.core.config import apply_preset, base_config
+from icrl_jax.core.config import dt_model_config
 
 PRESETS = {
     "quick": {

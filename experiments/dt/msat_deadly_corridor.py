@@ -1,6 +1,6 @@
 """msat on ViZDoom Deadly Corridor; presets (:quick, paper default) in vizdoom.py."""
 
-from experiments.dt.vizdoom import make_config
+from icrl_jax.experiments.dt.vizdoom import make_config
 
 
 def get_config(preset: str = ""):

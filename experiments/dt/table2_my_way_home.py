@@ -1,7 +1,7 @@
 """M-SAT Table 2 on ViZDoom My Way Home: DT, M-SAT, MAT and M-SAT no-PE x 3 seeds on one dataset
 (`icrl-jax report --config experiments/dt/table2_my_way_home.py:quick_mixed`); presets in vizdoom.py."""
 
-from experiments.dt.vizdoom import table2_config
+from icrl_jax.experiments.dt.vizdoom import table2_config
 
 
 def get_config(preset: str = ""):

@@ -40,8 +40,8 @@ return), scoring the episodes that start early enough to finish (`episode_stats`
 paper's budget.
 """
 
-from icrl_jax.config import apply_preset, base_config
-from icrl_jax.config import dt_model_config
+from icrl_jax.core.config import apply_preset, base_config
+from icrl_jax.core.config import dt_model_config
 
 SCENARIOS = ("my_way_home", "deadly_corridor")
 

@@ -10,8 +10,8 @@ rows). Paper scale: GPT-2 small (`--config.report.pretrained=DIR`), App. A's fin
 model, 1000 steps; hopper's quick PPO data.
 """
 
-from experiments.continuous.hopper import locomotion_config
-from experiments.gpt_dtma import add_columns, apply_quick, quick_columns
+from icrl_jax.experiments.continuous.hopper import locomotion_config
+from icrl_jax.experiments.gpt_dtma import add_columns, apply_quick, quick_columns
 
 TABLE3 = ("DT", "DTMA", "GPT-DT", "CLIP-DT", "GPT-DTMA", "GPT-DTMA-R")
 

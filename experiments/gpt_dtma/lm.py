@@ -12,7 +12,7 @@ batch 64, lr 3e-4 with warmup and cosine decay (3.2 s a step on a 2-core CPU). `
 
 import ml_collections
 
-from icrl_jax.config import apply_preset, base_config
+from icrl_jax.core.config import apply_preset, base_config
 
 PRESETS = {
     "quick": {"model.d_model": 128, "model.num_layers": 4, "model.num_heads": 4,

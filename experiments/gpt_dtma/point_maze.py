@@ -11,10 +11,10 @@ with context k = 10 ... 50 on the large maze, G_Markov per k; `:quick_context` i
 that row's GPT-DTMA column).
 """
 
-from experiments.continuous.point_maze import get_config as maze_config
-from icrl_jax.config import set_dotted
-from icrl_jax.errors import UnknownNameError
-from experiments.gpt_dtma import COLUMNS, add_columns, apply_quick, quick_columns
+from icrl_jax.experiments.continuous.point_maze import get_config as maze_config
+from icrl_jax.core.config import set_dotted
+from icrl_jax.core.errors import UnknownNameError
+from icrl_jax.experiments.gpt_dtma import COLUMNS, add_columns, apply_quick, quick_columns
 
 TABLE4 = ("DT", "DTMA", "GPT-DT", "GPT-DTMA")
 

@@ -6,9 +6,9 @@ prefixes (e.g. `contextual_quick_arms30`) switch to the contextual bandit with L
 Bernoulli: trained on the "train" reward distribution, evaluated on uniform rewards.
 """
 
-from experiments.headless_ad.common import quick_preset
-from icrl_jax.config import apply_preset, base_config
-from experiments.headless_ad.common import EVAL_ARMS, add_report_fields, bernoulli_variants, contextual_variants
+from icrl_jax.experiments.headless_ad.common import quick_preset
+from icrl_jax.core.config import apply_preset, base_config
+from icrl_jax.experiments.headless_ad.common import EVAL_ARMS, add_report_fields, bernoulli_variants, contextual_variants
 
 QUICK = quick_preset(120, **{"data.num_train_tasks": 2000, "data.num_test_tasks": 50})
 

@@ -6,8 +6,8 @@ Preset `permuted` / `quick_permuted`: AD trained on randomly permuted action set
 Same data as `darkroom.py` (`quick_replay`: its episode-replay histories).
 """
 
-from experiments.headless_ad.common import DARKROOM_REPLAY, darkroom_config, darkroom_quick_preset
-from icrl_jax.config import apply_preset
+from icrl_jax.experiments.headless_ad.common import DARKROOM_REPLAY, darkroom_config, darkroom_quick_preset
+from icrl_jax.core.config import apply_preset
 
 QUICK = darkroom_quick_preset()
 PERMUTED = {"method": "ad_permuted", "report.label": "AD (permuted training)"}

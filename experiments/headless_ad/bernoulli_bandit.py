@@ -10,10 +10,10 @@ Ablations are presets (paper scale: the tuned values of Tables 5-7) or plain swi
 `:quick` fits a 2-core CPU (about 10 minutes with evaluation); `:cpu` is the long CPU run.
 """
 
-from experiments.headless_ad.common import ablation_presets, quick_preset
-from icrl_jax.config import add_headless_fields
-from experiments.headless_ad.common import add_report_fields, bernoulli_variants
-from icrl_jax.config import apply_preset, base_config
+from icrl_jax.experiments.headless_ad.common import ablation_presets, quick_preset
+from icrl_jax.core.config import add_headless_fields
+from icrl_jax.experiments.headless_ad.common import add_report_fields, bernoulli_variants
+from icrl_jax.core.config import apply_preset, base_config
 
 QUICK = quick_preset(120, **{
     "data.num_train_tasks": 2000,

@@ -3,7 +3,7 @@ the way the ablations (Tables 5-7) become presets."""
 
 import ml_collections
 
-from icrl_jax.config import base_config, cpu_preset
+from icrl_jax.core.config import base_config, cpu_preset
 
 
 def quick_preset(seq_len: int, **extra):

@@ -7,10 +7,10 @@ bandit (`report`'s "Contextual -> Bandit" column).
 `:quick` fits a 2-core CPU.
 """
 
-from experiments.headless_ad.common import quick_preset
-from icrl_jax.config import apply_preset, base_config
-from icrl_jax.config import add_headless_fields
-from experiments.headless_ad.common import add_report_fields, contextual_variants
+from icrl_jax.experiments.headless_ad.common import quick_preset
+from icrl_jax.core.config import apply_preset, base_config
+from icrl_jax.core.config import add_headless_fields
+from icrl_jax.experiments.headless_ad.common import add_report_fields, contextual_variants
 
 PRESETS = {
     "quick": quick_preset(120, **{

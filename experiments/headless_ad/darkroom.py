@@ -11,9 +11,9 @@ Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `q
 `:quick` fits a 2-core CPU.
 """
 
-from experiments.headless_ad.common import (DARKROOM_REPLAY, ablation_presets, darkroom_config,
+from icrl_jax.experiments.headless_ad.common import (DARKROOM_REPLAY, ablation_presets, darkroom_config,
                                             darkroom_quick_preset)
-from icrl_jax.config import add_headless_fields, apply_preset
+from icrl_jax.core.config import add_headless_fields, apply_preset
 
 QUICK = darkroom_quick_preset(**{
     "model.action_embed_dim": 128,  # >= 125 actions for orthonormal embeddings

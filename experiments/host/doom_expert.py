@@ -12,8 +12,8 @@ import json
 import jax
 import numpy as np
 
-from envs.host import vizdoom as vd
-from envs.host.bridge import host_rollout
+from icrl_jax.envs.host import vizdoom as vd
+from icrl_jax.envs.host.bridge import host_rollout
 
 episode_stats = vd.episode_stats  # kept importable from here
 

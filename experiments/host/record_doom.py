@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from envs.host import vizdoom as vd
+from icrl_jax.envs.host import vizdoom as vd
 
 
 def main(argv=None):

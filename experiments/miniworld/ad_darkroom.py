@@ -13,8 +13,8 @@ pretrains the VQ-VAE first). Table 1's ablations (appendix E, Miniworld-Dark):
     icrl-jax train --config experiments/miniworld/ad_darkroom.py:quick_ngram
 """
 
-from experiments.miniworld.common import miniworld_config, ngram_presets, quick_preset
-from icrl_jax.config import apply_preset
+from icrl_jax.experiments.miniworld.common import miniworld_config, ngram_presets, quick_preset
+from icrl_jax.core.config import apply_preset
 
 PRESETS = ngram_presets(quick_preset(50), ablations=True)
 

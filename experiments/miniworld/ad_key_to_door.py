@@ -13,8 +13,8 @@ pretrains the VQ-VAE first). The paper ran its ablations on Miniworld-Dark only
     icrl-jax train --config experiments/miniworld/ad_key_to_door.py:quick_ngram
 """
 
-from experiments.miniworld.common import miniworld_config, ngram_presets, quick_preset
-from icrl_jax.config import apply_preset
+from icrl_jax.experiments.miniworld.common import miniworld_config, ngram_presets, quick_preset
+from icrl_jax.core.config import apply_preset
 
 PRESETS = ngram_presets(quick_preset(100, **{"train.batch_size": 8}))
 

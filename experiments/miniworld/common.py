@@ -13,7 +13,7 @@ in the in-context rollouts alike. Observations are still embedded by AD's CNN (t
 them with the VQ encoder; this repo keeps one observation encoder for both methods).
 """
 
-from icrl_jax.config import base_config, cpu_preset, default_vq_config
+from icrl_jax.core.config import base_config, cpu_preset, default_vq_config
 
 ENVS = ("miniworld_darkroom", "miniworld_key_to_door")
 

@@ -2,8 +2,8 @@
 and the `quick` preset (a small model, a 100-step context of two episodes, a short random search
 whose assignments train as vmapped replicas)."""
 
-from experiments.ad.grid_common import q_learning_grid_config
-from icrl_jax.search_space import nested_space
+from icrl_jax.experiments.ad.grid_common import q_learning_grid_config
+from icrl_jax.tools.search_space import nested_space
 
 #: The better part of Table 2's ranges, around the quick recipes' own hyperparameters (a CPU
 #: budget of 2,000-3,000 updates leaves most of Table 2's full ranges far from the source).

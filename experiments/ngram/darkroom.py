@@ -42,10 +42,10 @@ AD 1.36 +- 0.21; at 8 (`quick_narrow`) 2.51 +- 0.54 vs 1.93 +- 0.31. Neither rea
 source at these budgets, so they do not test the paper's near-optimal claim.
 """
 
-from icrl_jax.config import apply_preset
-from experiments.ad.darkroom import PRESETS as AD_DARKROOM_PRESETS
-from experiments.ngram.common import NARROW_SPACE, grid_sweep_config, quick_preset
-from icrl_jax.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
+from icrl_jax.core.config import apply_preset
+from icrl_jax.experiments.ad.darkroom import PRESETS as AD_DARKROOM_PRESETS
+from icrl_jax.experiments.ngram.common import NARROW_SPACE, grid_sweep_config, quick_preset
+from icrl_jax.tools.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
 
 AD_BASELINE = {"model.ngram_positions": (), "sweep.space": nested_space(table2_space(ngram=False))}
 

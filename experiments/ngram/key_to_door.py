@@ -15,10 +15,10 @@ draw for both). Measured (README): EMP at 8 n-gram 0.51 +- 0.04 vs AD 0.54 +- 0.
 in `NARROW_SPACE`, 8 assignments in one program.
 """
 
-from icrl_jax.config import apply_preset
-from experiments.ad.key_to_door import PRESETS as AD_KEY_TO_DOOR_PRESETS
-from experiments.ngram.common import NARROW_SPACE, grid_sweep_config, quick_preset
-from icrl_jax.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
+from icrl_jax.core.config import apply_preset
+from icrl_jax.experiments.ad.key_to_door import PRESETS as AD_KEY_TO_DOOR_PRESETS
+from icrl_jax.experiments.ngram.common import NARROW_SPACE, grid_sweep_config, quick_preset
+from icrl_jax.tools.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
 
 
 QUICK = quick_preset(**{

@@ -21,8 +21,8 @@ shape and batch size (they start from its weights).
 
 import ml_collections
 
-from experiments.unimask import add_unimask_fields
-from icrl_jax.config import apply_preset, base_config
+from icrl_jax.experiments.unimask import add_unimask_fields
+from icrl_jax.core.config import apply_preset, base_config
 
 #: The regimes trained (methods/unimask_masks.py REGIMES; configs import no jax): the eight
 #: evaluation tasks, ALL and random masking.

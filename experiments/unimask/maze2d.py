@@ -21,9 +21,9 @@ not state k). `:quick`: the U maze, a small model, 3 seeds, minutes on 2 CPU cor
 
 import ml_collections
 
-from experiments.continuous.point_maze import add_maze_data
-from experiments.unimask import add_unimask_fields
-from icrl_jax.config import apply_preset, base_config
+from icrl_jax.experiments.continuous.point_maze import add_maze_data
+from icrl_jax.experiments.unimask import add_unimask_fields
+from icrl_jax.core.config import apply_preset, base_config
 
 PRESETS = {
     "quick": {

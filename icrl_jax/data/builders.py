@@ -28,13 +28,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from icrl_jax import metrics as M
+from icrl_jax.core import metrics as M
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.history import load_history, save_history
 from icrl_jax.data.pixel_store import PixelStore, PixelStoreWriter
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.data.sources import build_source
-from icrl_jax.errors import UserError, unknown_name
+from icrl_jax.core.errors import UserError, unknown_name
 
 
 def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
@@ -51,7 +51,7 @@ def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
         raise UserError(f"{config.env.name} has {env.num_tasks} tasks, fewer than "
                         f"num_train_tasks + num_test_tasks = "
                         f"{data.num_train_tasks + data.num_test_tasks}")
-    from envs import split_tasks
+    from icrl_jax.envs import split_tasks
     return split_tasks(env.num_tasks, data.num_train_tasks, data.split_seed, data.num_test_tasks)
 
 
@@ -173,7 +173,7 @@ class ViZDoomExpert(Builder):
         return os.path.exists(os.path.join(path, "meta.json"))
 
     def build(self, config, env, path: str) -> None:
-        from envs.host import vizdoom as vd
+        from icrl_jax.envs.host import vizdoom as vd
         if os.path.isdir(path):
             shutil.rmtree(path)  # a store is only our own chunk files
         info = vd.record_expert_dataset(

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 
 
 class DatasetNotFoundError(UserError):

@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs.host.bridge import HostStep, host_rollout
+from icrl_jax.envs.host.bridge import HostStep, host_rollout
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.sources import ParamSource, Source, Transition
-from icrl_jax.logging_utils import progress
+from icrl_jax.core.logging_utils import progress
 
 
 @flax.struct.dataclass

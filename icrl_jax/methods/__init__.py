@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from icrl_jax.errors import unknown_name
+from icrl_jax.core.errors import unknown_name
 
 _REGISTRY: dict[str, type] = {}
 

@@ -56,12 +56,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from icrl_jax.config import dt_model_config  # noqa: F401 (re-export)
-from icrl_jax.analysis.attention_maps import (context_attention, plot_attention_before_after,
+from icrl_jax.core.config import dt_model_config  # noqa: F401 (re-export)
+from icrl_jax.papers.gpt_dtma.attention_maps import (context_attention, plot_attention_before_after,
                                               self_attention, write_attention)
-from icrl_jax.analysis.head_importance import (ablation_importance, gate_importance,
+from icrl_jax.papers.gpt_dtma.head_importance import (ablation_importance, gate_importance,
                                                plot_head_importance)
-from icrl_jax.analysis.markov_heads import markov_heads, markov_mask
+from icrl_jax.papers.gpt_dtma.markov_heads import markov_heads, markov_mask
 from icrl_jax.data.history import History
 from icrl_jax.data.minari_io import MinariEpisodes
 from icrl_jax.data.pixel_store import PrefetchLoader
@@ -69,7 +69,7 @@ from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
 from icrl_jax.data.train_data import TrainData, on_device
 from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, pad_for_windows,
                                         sample_trajectory_windows)
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
 from icrl_jax.methods.dt_rollout import return_conditioned_source

@@ -31,7 +31,7 @@ from icrl_jax.data.history import History
 from icrl_jax.data.pixel_store import PixelStore, StepWindowsLoader, example_step_windows
 from icrl_jax.data.sources import ParamSource, Source
 from icrl_jax.data.train_data import TrainData, on_device
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.methods.base import Method
 from icrl_jax.models.heads import checked_temperature, select_actions
 

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 
 
 def _to_float(images: jax.Array) -> jax.Array:

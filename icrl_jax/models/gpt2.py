@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.models.transformer import Transformer
 
 

@@ -21,7 +21,7 @@ from icrl_jax.models.attention import MultiHeadAttention
 from icrl_jax.models.dropout import Dropout
 from icrl_jax.models.matmul import dense_dot_general
 from icrl_jax.models.ngram import NGramLayer, ngram_weights
-from icrl_jax.config import default_transformer_config  # noqa: F401 (re-export)
+from icrl_jax.core.config import default_transformer_config  # noqa: F401 (re-export)
 
 POSITION_KINDS = ("learned", "rotary", "none")
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, NamedTuple
 import flax.struct
 import jax
 
-from icrl_jax.errors import UserError, unknown_name
+from icrl_jax.core.errors import UserError, unknown_name
 
 
 @flax.struct.dataclass

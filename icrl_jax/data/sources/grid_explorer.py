@@ -29,7 +29,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from envs.darkroom import DarkRoom, KeyToDoor
+from icrl_jax.envs.darkroom import DarkRoom, KeyToDoor
 from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import first_argmax, uniform_pick
 

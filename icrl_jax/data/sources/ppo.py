@@ -35,7 +35,7 @@ import numpy as np
 import optax
 
 from icrl_jax.data import sources
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)

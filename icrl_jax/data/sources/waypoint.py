@@ -9,13 +9,13 @@ Pure and per-history: the rollout driver vmaps it over envs and scans over steps
 from __future__ import annotations
 
 from icrl_jax.data import sources
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 
 
 def waypoint_controller(env, noise_scale: float = 0.0) -> "sources.Source":
     """Source acting with `env.waypoint_action` plus N(0, noise_scale^2) noise; float32 `(2,)`
     actions. State: `()`. Needs a continuous-action env with a waypoint expert (the point maze)."""
-    from envs.continuous.point_maze import PointMaze
+    from icrl_jax.envs.continuous.point_maze import PointMaze
     if not isinstance(env, PointMaze):
         raise UserError(f"source waypoint needs the point maze (a continuous env with a waypoint "
                         f"controller), got {type(env).__name__}")

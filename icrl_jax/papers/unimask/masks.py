@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.errors import UserError, unknown_name
+from icrl_jax.core.errors import UserError, unknown_name
 
 
 class Mask(NamedTuple):

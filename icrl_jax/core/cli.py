@@ -21,7 +21,7 @@
   codes the n-gram layers match, pretrained on the frames of the pixel store
   (`model.vq_checkpoint`, default `<pixel store>/vq/`; icrl_jax/vq_pretrain.py).
 
-Every command with --config runs through `icrl_jax.run` (`resolve_config`, then `run`).
+Every command with --config runs through `icrl_jax.core.run` (`resolve_config`, then `run`).
 
 Bad input (an unknown command, config key, preset, method, environment or data source, a missing
 config file, a work directory holding another experiment) prints one line, `icrl-jax: <what is
@@ -38,10 +38,10 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from icrl_jax.config import check_key
-from icrl_jax.cpu_devices import use_one_device_per_core
-from icrl_jax.errors import UserError, did_you_mean, unknown_name
-from icrl_jax.host_memory import reexec_with_huge_pages
+from icrl_jax.core.config import check_key
+from icrl_jax.core.cpu_devices import use_one_device_per_core
+from icrl_jax.core.errors import UserError, did_you_mean, unknown_name
+from icrl_jax.core.host_memory import reexec_with_huge_pages
 
 COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm", "pretrain-vq")
 USAGE = (f"icrl-jax {{{'|'.join(COMMANDS)}}} --config FILE[:preset] [--config.key=value ...], "
@@ -66,11 +66,11 @@ def _aggregate(command: str) -> None:
     if not _RUNS.value or not _OUT.value:
         raise UserError(f"{command} needs --config FILE[:preset], or --runs DIR ... --out DIR")
     if command == "sweep":
-        from icrl_jax import sweep
+        from icrl_jax.tools import sweep
         summary = sweep.compare_sweeps(_RUNS.value, _OUT.value, _LABELS.value or None)
         print(json.dumps(summary, indent=1))
         return
-    from icrl_jax import report
+    from icrl_jax.papers.headless_ad import table1 as report
     for name, path in report.write_report(list(_RUNS.value), _OUT.value).items():
         print(f"{name}: {path}")
 
@@ -92,10 +92,10 @@ def _run(argv: list[str]) -> None:
     if _RUNS.value or _OUT.value or _LABELS.value:
         raise UserError("--runs, --out and --labels aggregate finished runs and take no --config; "
                         "with --config the outputs go to the config's workdir")
-    from icrl_jax import distributed
+    from icrl_jax.core import distributed
     # A multi-process run joins before anything touches a device (gymnax computes on import).
     distributed.initialize(_CONFIG.value.get("dist"))
-    from icrl_jax import run as R
+    from icrl_jax.core import run as R
     config = R.resolve_config(_CONFIG.value)
     R.run(config, command)
     return None  # app.run exits with a returned value as the status

@@ -33,12 +33,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from icrl_jax.config import default_train_config
+from icrl_jax.core.config import default_train_config
 from icrl_jax.data.builders import dataset_path
 from icrl_jax.data.pixel_store import FramesLoader, PixelStore
 from icrl_jax.data.train_data import TrainData
-from icrl_jax.distributed import is_main_process
-from icrl_jax.errors import UserError
+from icrl_jax.core.distributed import is_main_process
+from icrl_jax.core.errors import UserError
 from icrl_jax.models.encoders import (VQVAE, code_usage, codebook_from_data, read_vq_fields,
                                       save_vq, vq_fields, vq_loss)
 
@@ -171,7 +171,7 @@ def pretrain_vq(config, env, store, stop_at: int | None = None) -> dict[str, Any
     """Pretrain (resuming) the `vq` section's VQ-VAE on `store`'s frames into
     `model.vq_checkpoint` (or `<dataset>/vq`), unless a finished one is there; returns vq.json's
     content (None when `stop_at` paused the run before `vq.num_steps`)."""
-    from icrl_jax import train as T
+    from icrl_jax.core import train as T
 
     if config.get("vq") is None:
         raise UserError("this config has no `vq` section (the VQ-VAE to pretrain); the Miniworld "

@@ -34,7 +34,7 @@ import time
 
 import jax
 
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 
 
 class CoordinatorUnreachableError(UserError):

@@ -36,10 +36,10 @@ from icrl_jax.data.train_data import TrainData, on_device, window_at
 from icrl_jax.data.minari_io import MinariEpisodes
 from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, full_window_starts,
                                         sample_listed_windows, sample_trajectory_windows)
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
-from icrl_jax.methods.unimask_masks import (Mask, REGIMES, TASKS, check_snippet_len,
+from icrl_jax.papers.unimask.masks import (Mask, REGIMES, TASKS, check_snippet_len,
                                            evaluation_masks, regime_index, sample_mask)
 from icrl_jax.models.dropout import Dropout
 from icrl_jax.models.transformer import Transformer

@@ -34,17 +34,17 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-import envs
-from icrl_jax import metrics as M
-from icrl_jax import train as T
-from icrl_jax.config import finalize, set_dotted
+from icrl_jax import envs
+from icrl_jax.core import metrics as M
+from icrl_jax.core import train as T
+from icrl_jax.core.config import finalize, set_dotted
 from icrl_jax.data.builders import open_dataset, task_split
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.data.sources import build_source, uniform_random
 from icrl_jax.data.train_data import TrainData
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.methods import build_method
-from icrl_jax.search_space import (DISTRIBUTIONS, VMAPPED, add_sweep_fields,  # noqa: F401
+from icrl_jax.tools.search_space import (DISTRIBUTIONS, VMAPPED, add_sweep_fields,  # noqa: F401
                                    flatten_space, nested_space, table2_space, unflatten,
                                    vmappable_space)
 

@@ -22,15 +22,15 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from icrl_jax.config import set_dotted
-from icrl_jax.errors import UserError
+from icrl_jax.core.config import set_dotted
+from icrl_jax.core.errors import UserError
 
 
 def column_config(config, column: str, seed: int) -> ml_collections.ConfigDict:
     """The config of one column's seed: its overrides, seed and work directory, the shared
     dataset."""
     from icrl_jax.models.pretrained import adopt_pretrained_architecture
-    from icrl_jax.run import seed_config
+    from icrl_jax.core.run import seed_config
 
     seeded = seed_config(config, seed)
     seeded.unlock()
@@ -73,7 +73,7 @@ def _cell(values: list[float]) -> dict[str, Any]:
 
 def run_columns(config) -> dict[str, str]:
     """Train and evaluate every column's seeds (resuming), then write the table."""
-    from icrl_jax.run import build_env, generate, train
+    from icrl_jax.core.run import build_env, generate, train
 
     generate(config, build_env(config))
     target = f"model@{float(max(config.eval.target_returns)):g}"
@@ -134,7 +134,7 @@ def _plot_training_curves(curves: dict[str, list[list[float]]], path: str, *, yl
                           every: int, title: str) -> str:
     """The M-SAT paper's Fig. 3: each column's metric after each evaluation during training,
     mean and standard error over seeds (seeds with fewer evaluations padded with NaN)."""
-    from icrl_jax.plots import plot_curves
+    from icrl_jax.core.plots import plot_curves
     arrays = {}
     for column, seeds in curves.items():
         width = max(len(c) for c in seeds)

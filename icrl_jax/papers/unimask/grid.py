@@ -36,14 +36,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from icrl_jax import train as T
+from icrl_jax.core import train as T
 from icrl_jax.data.builders import task_split
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.sources import build_source
-from icrl_jax.errors import UserError
-from icrl_jax.logging_utils import progress
+from icrl_jax.core.errors import UserError
+from icrl_jax.core.logging_utils import progress
 from icrl_jax.methods import method_class
-from icrl_jax.methods.unimask_masks import REGIMES, TASKS, regime_index
+from icrl_jax.papers.unimask.masks import REGIMES, TASKS, regime_index
 
 #: Replica hyperparameters of a grid beyond the trainer's own (`REPLICA_HYPERPARAMETERS`).
 PER_REPLICA = ("model.regime", "model.action_weight", "model.state_weight", "model.init_from")
@@ -230,7 +230,7 @@ def _dt_group(config, env, dataset, validation, seeds) -> _Group:
     validation loss is the mean action cross entropy over every step of the held-out episodes
     (Uni[MASK]'s behaviour-cloning loss averaged over the index is the same quantity): the
     behaviour-cloning column without the return-to-go, the reward-conditioned one with it."""
-    from icrl_jax.config import dt_model_config
+    from icrl_jax.core.config import dt_model_config
     cls = method_class("dt")
     dt_config = ml_collections.ConfigDict(config.to_dict())
     model = ml_collections.ConfigDict(dict(config.model.to_dict(), causal=True))
@@ -353,9 +353,9 @@ def run_returns(config, dataset, env) -> dict[str, Any]:
     for early stopping. Writes `returns.json` and `returns.png`."""
     from dataclasses import replace
 
-    from icrl_jax import metrics as M
+    from icrl_jax.core import metrics as M
     from icrl_jax.data.sources import ParamSource
-    from icrl_jax.methods.unimask import SnippetPolicy
+    from icrl_jax.papers.unimask.method import SnippetPolicy
 
     grid = config.grid
     cls = method_class(config.method)
@@ -455,7 +455,7 @@ def rollout_distributions(config, env, method, params, num_episodes: int = 1000)
     rollouts of the model from one initial state, next to as many episodes of the data's source
     (held-out data) and of a uniform random policy; total-variation distances to the data.
     Writes `rollouts.png`."""
-    from envs.doorkey import cell_of, split_state
+    from icrl_jax.envs.doorkey import cell_of, split_state
     (ax, ay), (kx, ky) = FIG8_LAYOUT
     layout = env.layout_params(jnp.full(num_episodes, cell_of(ax, ay)),
                                jnp.full(num_episodes, cell_of(kx, ky)))
@@ -486,7 +486,7 @@ def backward_inference(env, method, params, validation, seed: int, start: int = 
     """Past inference by sampling from step `start` backwards with rejection of
     dynamics-inconsistent draws: how much model mass rejection removes, and a check that every
     sampled transition is then consistent."""
-    from icrl_jax.methods.unimask import sample_past
+    from icrl_jax.papers.unimask.method import sample_past
     sampled, rejected = sample_past(method, params, validation, start,
                                     jax.random.PRNGKey(seed + 11), env.next_observation)
     nxt = env.next_observation(sampled.observations[:, :start], sampled.actions[:, :start, 0])

@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from icrl_jax.errors import UserError  # noqa: E402
+from icrl_jax.core.errors import UserError  # noqa: E402
 from icrl_jax.methods import method_class  # noqa: E402
 
 TABLE_ARMS = (20, 30, 40, 50)
@@ -213,12 +213,12 @@ def write_report(paths: list[str], out: str) -> dict[str, str]:
     Runs that are Uni[MASK] grids (`heatmap.json`) make its data-size figure instead, and plain
     training runs (`eval.json`, no `variants.json`) a table and plot of their seeds
     (`seed_report.py`)."""
-    from icrl_jax.seed_report import is_seed_run, write_seed_report
+    from icrl_jax.reports.seeds import is_seed_run, write_seed_report
     if paths and all(is_seed_run(p) and not variants_files(p) for p in paths):
         return write_seed_report(paths, out)
     heatmaps = [p if p.endswith(".json") else os.path.join(p, "heatmap.json") for p in paths]
     if heatmaps and all(h.endswith("heatmap.json") and os.path.isfile(h) for h in heatmaps):
-        from icrl_jax.masking_grid import data_size_report
+        from icrl_jax.papers.unimask.grid import data_size_report
         return data_size_report(paths, out)
     collected = collect(load_runs(paths))
     os.makedirs(out, exist_ok=True)

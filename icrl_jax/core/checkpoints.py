@@ -37,7 +37,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 
 
 class CheckpointMismatchError(UserError):

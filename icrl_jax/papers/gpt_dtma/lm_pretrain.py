@@ -25,10 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from icrl_jax import train as T
-from icrl_jax.analysis.markov_heads import markov_heads, random_basis_ratio
+from icrl_jax.core import train as T
+from icrl_jax.papers.gpt_dtma.markov_heads import markov_heads, random_basis_ratio
 from icrl_jax.data.train_data import on_device
-from icrl_jax.errors import UserError
+from icrl_jax.core.errors import UserError
 from icrl_jax.models.gpt2 import GPT2Config, GPT2LM, save_hf_gpt2
 
 CORPORA = ("pydoc_topics",)

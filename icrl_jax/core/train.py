@@ -11,8 +11,8 @@ how many steps run per jitted call, on the number of devices or processes, or on
 interrupted.
 
 Devices: batches are sharded over a 1-d mesh of all devices of all processes (`data_mesh`;
-multi-process runs: `icrl_jax.distributed`; a CPU host has one device per core,
-`icrl_jax.cpu_devices`); replicas are sharded over it too. In one process, a batch or replica
+multi-process runs: `icrl_jax.core.distributed`; a CPU host has one device per core,
+`icrl_jax.core.cpu_devices`); replicas are sharded over it too. In one process, a batch or replica
 count that does not divide over every device uses the most devices it divides over.
 `train.compute_dtype` "bf16" computes in bfloat16 with float32 parameters, optimiser state,
 logits and loss; "auto" picks it on accelerators with fast bf16 (GPUs from Ampere on, TPUs) and
@@ -32,13 +32,13 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from icrl_jax.checkpoints import Checkpointer, CheckpointMismatchError  # noqa: F401 (re-export)
-from icrl_jax.config import default_train_config  # noqa: F401 (re-export)
+from icrl_jax.core.checkpoints import Checkpointer, CheckpointMismatchError  # noqa: F401 (re-export)
+from icrl_jax.core.config import default_train_config  # noqa: F401 (re-export)
 from icrl_jax.data.train_data import TrainData
-from icrl_jax.distributed import is_main_process
-from icrl_jax.errors import UserError
-from icrl_jax.logging_utils import MetricsLogger, progress
-from icrl_jax.search_space import VMAPPED
+from icrl_jax.core.distributed import is_main_process
+from icrl_jax.core.errors import UserError
+from icrl_jax.core.logging_utils import MetricsLogger, progress
+from icrl_jax.tools.search_space import VMAPPED
 
 #: Hyperparameters that never change a shape: traced in replica training, hence vmappable.
 REPLICA_HYPERPARAMETERS = VMAPPED
@@ -88,7 +88,7 @@ def make_optimizer(config, hyper: dict[str, jax.Array] | None = None,
 def data_mesh(split: int | None = None) -> Mesh:
     """A 1-d mesh over all devices of all processes; batches (or replicas) are split along its
     `data` axis. In one process, `split` (the batch size, or the replica count) takes the most
-    devices it divides over: batch 63 on 2 CPU devices (`icrl_jax.cpu_devices`) trains on one,
+    devices it divides over: batch 63 on 2 CPU devices (`icrl_jax.core.cpu_devices`) trains on one,
     not a padded or replicated two. Several processes keep every device (their batch must
     divide over them all)."""
     devices = jax.devices()

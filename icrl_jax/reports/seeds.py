@@ -28,10 +28,10 @@ matplotlib.use("Agg")  # headless: CI and remote machines have no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from icrl_jax.errors import UserError  # noqa: E402
+from icrl_jax.core.errors import UserError  # noqa: E402
 from icrl_jax.methods import method_class  # noqa: E402
-from icrl_jax.metrics import mean_and_stderr  # noqa: E402
-from icrl_jax.report import run_config  # noqa: E402
+from icrl_jax.core.metrics import mean_and_stderr  # noqa: E402
+from icrl_jax.papers.headless_ad.table1 import run_config  # noqa: E402
 
 BASELINES = ("source", "random")
 #: eval.json scalars reported per seed, in table order (those every run of a group has).

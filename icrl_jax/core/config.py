@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import ml_collections
 
-from icrl_jax.errors import UnknownNameError, UserError, did_you_mean
+from icrl_jax.core.errors import UnknownNameError, UserError, did_you_mean
 
 
 def default_transformer_config() -> ml_collections.ConfigDict:
@@ -47,7 +47,7 @@ def default_transformer_config() -> ml_collections.ConfigDict:
 
 
 def default_train_config() -> ml_collections.ConfigDict:
-    """Defaults of the trainer (`icrl_jax.train`): the `train` section."""
+    """Defaults of the trainer (`icrl_jax.core.train`): the `train` section."""
     return ml_collections.ConfigDict(dict(
         num_steps=2000,
         batch_size=64,

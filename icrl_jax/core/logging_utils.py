@@ -11,7 +11,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from icrl_jax.errors import UserError, did_you_mean
+from icrl_jax.core.errors import UserError, did_you_mean
 
 WANDB_MODES = ("offline", "online", "disabled")
 

@@ -27,20 +27,20 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-import envs
-from icrl_jax import metrics as M
-from icrl_jax.config import check_workdir, finalize
+from icrl_jax import envs
+from icrl_jax.core import metrics as M
+from icrl_jax.core.config import check_workdir, finalize
 from icrl_jax.data import sources as S
 from icrl_jax.data.builders import (Rows, dataset_returns, generate, num_rows, open_dataset,
                                     share_dataset, task_split)
 from icrl_jax.data.rollout import run_policies
-from icrl_jax.distributed import is_main_process
-from icrl_jax.errors import UserError
-from icrl_jax.logging_utils import MetricsLogger
+from icrl_jax.core.distributed import is_main_process
+from icrl_jax.core.errors import UserError
+from icrl_jax.core.logging_utils import MetricsLogger
 from icrl_jax.methods import build_method, method_class
 from icrl_jax.models.pretrained import adopt_pretrained_architecture
-from icrl_jax.plots import plot_curves
-from icrl_jax.vq_pretrain import needs_vq, pretrain_vq, resolve_vq_checkpoint
+from icrl_jax.core.plots import plot_curves
+from icrl_jax.papers.ngram.vq_pretrain import needs_vq, pretrain_vq, resolve_vq_checkpoint
 
 COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm", "pretrain-vq")
 
@@ -67,7 +67,7 @@ def process_share(config, env) -> Rows | None:
     """With several processes, the rows of the dataset this process makes and trains on: its
     devices' share (`train.process_rows`), when the builder makes rows alone and they divide
     over the devices; else None."""
-    from icrl_jax import train as T
+    from icrl_jax.core import train as T
 
     total = num_rows(config, env) if jax.process_count() > 1 else None
     indices = None if total is None else T.process_rows(total)
@@ -101,7 +101,7 @@ def build_env(config, **overrides):
 def train(config):
     """Generate (if needed), pretrain the VQ-VAE of VQ n-gram ids (if needed), train
     (resuming), then evaluate unless `run.evaluate` is off."""
-    from icrl_jax import train as T
+    from icrl_jax.core import train as T
 
     env = build_env(config)
     if needs_vq(config) and config.get("vq") is not None:
@@ -168,7 +168,7 @@ def _same_shapes_across_processes(tree) -> bool:
 
 def load_params(config, env, method, data=None):
     """The latest checkpoint's parameters (a clear error if there is none or it is unreadable)."""
-    from icrl_jax import train as T
+    from icrl_jax.core import train as T
 
     data = data or method.training_data(open_dataset(config, env), config, env)
     return T.restore_params(method, data, config.train, config.workdir,
@@ -370,7 +370,7 @@ def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
 
 def evaluate_variants(config, params=None) -> dict[str, Any]:
     """Evaluate the latest checkpoint on every `config.variants` entry -> `variants.json`."""
-    from icrl_jax import train as T
+    from icrl_jax.core import train as T
 
     env = build_env(config)
     method = build_method(config, env)
@@ -439,13 +439,13 @@ def report(config) -> dict[str, str]:
     heatmaps, `masking_grid.py`), one with `columns` a table of config variants x seeds
     (GPT-DTMA's tables, `column_table.py`)."""
     if config.get("grid") is not None:
-        from icrl_jax.masking_grid import run_grid
+        from icrl_jax.papers.unimask.grid import run_grid
         env = build_env(config)
         return run_grid(config, dataset_of(config, env), env)
     if config.get("columns") is not None:
-        from icrl_jax.column_table import run_columns
+        from icrl_jax.reports.columns import run_columns
         return run_columns(config)
-    from icrl_jax.report import write_report
+    from icrl_jax.papers.headless_ad.table1 import write_report
     return write_report([config.workdir] if run_seeds(config) else [],
                         os.path.join(config.workdir, "report"))
 
@@ -468,10 +468,10 @@ def run(config, command: str):
     if command == "report":
         return report(config)
     if command == "sweep":
-        from icrl_jax import sweep
+        from icrl_jax.tools import sweep
         return sweep.run_sweep(config)
     if command == "pretrain-lm":
-        from icrl_jax.lm_pretrain import pretrain
+        from icrl_jax.papers.gpt_dtma.lm_pretrain import pretrain
         return pretrain(config)
     if command == "pretrain-vq":
         env = build_env(config)

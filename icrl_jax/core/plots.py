@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # headless: CI and remote machines have no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from icrl_jax.metrics import mean_and_stderr  # noqa: E402
+from icrl_jax.core.metrics import mean_and_stderr  # noqa: E402
 
 COLOURS = {"model": "tab:blue", "source": "tab:green", "random": "tab:grey"}
 
