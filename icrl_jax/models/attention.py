@@ -166,12 +166,21 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
         for lo, hi in zip(starts, ends)], axis=1)
 
 
-def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
+def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0,
+                     table_dtype: str = "float32") -> jax.Array:
     """Rotate pairs of features of `x` by position-dependent angles (RoPE).
+
+    Feature i of the first half pairs with feature i of the second half (GPT-NeoX / LLaMA's
+    "rotate half"), at angle position * base^(-2i / Dh).
 
     Args:
       x: `(B, T, H, Dh)` queries or keys, Dh even.
       positions: int `(T,)` or `(B, T)` positions.
+      base: the angles' base.
+      table_dtype: "float32", or a narrower dtype ("bfloat16", "float16") the cos and sin
+        tables are rounded to before use, as a model that keeps its RoPE cache in that dtype
+        does (TinyLlama's, under the Headless-AD authors' model: bfloat16); the rotation itself
+        is still computed in x's dtype.
     Returns:
       `(B, T, H, Dh)`.
     """
@@ -182,6 +191,9 @@ def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0) 
     if angles.ndim == 2:
         angles = angles[None]
     cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
+    if table_dtype != "float32":
+        cos = cos.astype(table_dtype).astype(jnp.float32)
+        sin = sin.astype(table_dtype).astype(jnp.float32)
     x1, x2 = x[..., :half], x[..., half:]
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).astype(x.dtype)
 
@@ -206,6 +218,9 @@ class MultiHeadAttention(nn.Module):
     rotary: bool = False
     normalize_qk: bool = False
     mixture: bool = False
+    use_bias: bool = True  # biases of the qkv and output projections
+    rotary_base: float = 10000.0
+    rotary_table_dtype: str = "float32"  # see `rotary_embedding`
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
@@ -233,14 +248,15 @@ class MultiHeadAttention(nn.Module):
         if d_model % self.num_heads:
             raise ValueError(f"model width {d_model} is not divisible by num_heads={self.num_heads}")
         head_dim = d_model // self.num_heads
-        qkv = nn.DenseGeneral((3, self.num_heads, head_dim), dot_general=dense_dot_general,
-                              name="qkv")(x)
+        qkv = nn.DenseGeneral((3, self.num_heads, head_dim), use_bias=self.use_bias,
+                              dot_general=dense_dot_general, name="qkv")(x)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (B, T, H, Dh)
         if self.normalize_qk:
             q = nn.LayerNorm(name="q_norm")(q)
             k = nn.LayerNorm(name="k_norm")(k)
         if self.rotary:
-            q, k = rotary_embedding(q, positions), rotary_embedding(k, positions)
+            q, k = (rotary_embedding(y, positions, self.rotary_base, self.rotary_table_dtype)
+                    for y in (q, k))
         if kv_cache is not None:
             k_cache, v_cache = kv_cache
             start = (0, cache_index, 0, 0)
@@ -265,8 +281,8 @@ class MultiHeadAttention(nn.Module):
             out = out * (self.num_heads * gates).astype(out.dtype)[..., None]
         if head_scale is not None:
             out = out * head_scale.astype(out.dtype)[:, None]
-        out = nn.DenseGeneral(d_model, axis=(-2, -1), dot_general=dense_dot_general,
-                              name="out")(out)
+        out = nn.DenseGeneral(d_model, axis=(-2, -1), use_bias=self.use_bias,
+                              dot_general=dense_dot_general, name="out")(out)
         outputs = (out, weights) if return_weights else (out,)
         if kv_cache is not None:
             outputs = outputs + ((k, v),)

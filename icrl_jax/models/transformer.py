@@ -5,6 +5,10 @@ of width 4d, fused qkv projection with biases, causal) it is GPT-2's block stack
 `models/gpt2.py` adds the token embedding and the tied output head and loads Hugging Face
 checkpoints into it.
 
+Configured as TinyLlama's block (`norm="rmsnorm"`, `mlp_type="swiglu"` without biases,
+`position="rotary"`; the Headless-AD authors' backbone, `papers/headless_ad/reference_layout.py`)
+it is that network instead: the options below are all of one block stack.
+
 Methods differ in how they build input tokens and read outputs (see `tokens.py`, `heads.py`),
 never in copies of this network.
 """
@@ -30,6 +34,41 @@ POSITION_KINDS = ("learned", "rotary", "none")
 ACTIVATIONS = {"gelu_tanh": lambda x: nn.gelu(x, approximate=True),
                "gelu_exact": lambda x: nn.gelu(x, approximate=False),
                "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x)}
+
+#: Normalisation layers (`Transformer.norm`): LayerNorm (scale and bias; the default) and RMSNorm
+#: (x / sqrt(mean(x^2) + eps) times a scale, no bias: LLaMA / TinyLlama).
+NORMS = ("layernorm", "rmsnorm")
+
+#: Feed-forward kinds (`Transformer.mlp_type`): "dense" is Dense -> `activation` -> Dense (GPT-2);
+#: "swiglu" is down(silu(gate(x)) * up(x)) (LLaMA / TinyLlama; `activation` unused).
+MLP_TYPES = ("dense", "swiglu")
+
+
+def make_norm(kind: str, epsilon: float, name: str) -> nn.Module:
+    """The normalisation layer `kind` (one of `NORMS`) named `name`."""
+    if kind == "layernorm":
+        return nn.LayerNorm(epsilon=epsilon, name=name)
+    if kind == "rmsnorm":
+        return nn.RMSNorm(epsilon=epsilon, name=name)
+    raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
+
+
+class SwiGLU(nn.Module):
+    """`down(silu(gate(x)) * up(x))`: gate and up map to `hidden` features, down back to
+    `features` (xformers' SwiGLU with w1 = gate, w2 = up, w3 = down)."""
+
+    hidden: int
+    features: int
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        gate = nn.Dense(self.hidden, use_bias=self.use_bias, dot_general=dense_dot_general,
+                        name="gate")(x)
+        up = nn.Dense(self.hidden, use_bias=self.use_bias, dot_general=dense_dot_general,
+                      name="up")(x)
+        return nn.Dense(self.features, use_bias=self.use_bias, dot_general=dense_dot_general,
+                        name="down")(nn.silu(gate) * up)
 
 
 class DecodeCache(NamedTuple):
@@ -61,6 +100,13 @@ class Block(nn.Module):
     norm_epsilon: float = 1e-6
     mixture_of_attention: bool = False
     activation: str = "gelu_tanh"
+    norm: str = "layernorm"
+    mlp_type: str = "dense"
+    mlp_hidden: int | None = None  # feed-forward width; None: mlp_ratio x d
+    mlp_bias: bool = True
+    attention_bias: bool = True
+    rotary_base: float = 10000.0
+    rotary_table_dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
@@ -70,13 +116,24 @@ class Block(nn.Module):
         `mask` is causal after that many tokens (`MultiHeadAttention`)."""
         attention = MultiHeadAttention(self.num_heads, self.attention_dropout, self.rotary,
                                        self.normalize_qk, self.mixture_of_attention,
+                                       use_bias=self.attention_bias,
+                                       rotary_base=self.rotary_base,
+                                       rotary_table_dtype=self.rotary_table_dtype,
                                        name="attention")
         dropout = Dropout(self.residual_dropout)
-        norm1 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm1")
-        norm2 = nn.LayerNorm(epsilon=self.norm_epsilon, name="norm2")
-        mlp = nn.Sequential([nn.Dense(self.mlp_ratio * x.shape[-1], dot_general=dense_dot_general),
-                             ACTIVATIONS[self.activation],
-                             nn.Dense(x.shape[-1], dot_general=dense_dot_general)], name="mlp")
+        norm1 = make_norm(self.norm, self.norm_epsilon, "norm1")
+        norm2 = make_norm(self.norm, self.norm_epsilon, "norm2")
+        hidden = self.mlp_ratio * x.shape[-1] if self.mlp_hidden is None else self.mlp_hidden
+        if self.mlp_type == "dense":
+            mlp = nn.Sequential([nn.Dense(hidden, use_bias=self.mlp_bias,
+                                          dot_general=dense_dot_general),
+                                 ACTIVATIONS[self.activation],
+                                 nn.Dense(x.shape[-1], use_bias=self.mlp_bias,
+                                          dot_general=dense_dot_general)], name="mlp")
+        elif self.mlp_type == "swiglu":
+            mlp = SwiGLU(hidden, x.shape[-1], self.mlp_bias, name="mlp")
+        else:
+            raise ValueError(f"mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}")
 
         h = norm1(x) if self.pre_norm else x
         attended = attention(h, mask, positions, deterministic, return_weights, kv_cache,
@@ -119,6 +176,15 @@ class Transformer(nn.Module):
     norm_epsilon: float = 1e-6  # LayerNorm epsilon (flax's default; GPT-2 uses 1e-5)
     mixture_of_attention: bool = False  # MoA gates over each layer's heads (attention.py)
     activation: str = "gelu_tanh"  # feed-forward nonlinearity (ACTIVATIONS; CLIP: quick_gelu)
+    norm: str = "layernorm"  # NORMS: layernorm | rmsnorm (LLaMA); every norm, the final one too
+    mlp_type: str = "dense"  # MLP_TYPES: dense (Dense, activation, Dense) | swiglu (LLaMA)
+    mlp_hidden: int | None = None  # feed-forward width; None: mlp_ratio x d_model
+    mlp_bias: bool = True  # biases of the feed-forward's linear maps
+    attention_bias: bool = True  # biases of the qkv and output projections
+    rotary_base: float = 10000.0  # RoPE's base (position="rotary")
+    # dtype the RoPE cos / sin tables are rounded to before use: float32 (no rounding), or
+    # bfloat16 as TinyLlama's cache (the Headless-AD authors' model) holds them.
+    rotary_table_dtype: str = "float32"
 
     @classmethod
     def from_config(cls, config, **overrides) -> "Transformer":
@@ -170,6 +236,10 @@ class Transformer(nn.Module):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, "
                              f"got {self.activation!r}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.mlp_type not in MLP_TYPES:
+            raise ValueError(f"mlp_type must be one of {MLP_TYPES}, got {self.mlp_type!r}")
         batch, length, d_model = x.shape
         if positions is None and length > self.max_len and self.position == "learned":
             raise ValueError(f"sequence of {length} tokens exceeds max_len={self.max_len}")
@@ -233,6 +303,9 @@ class Transformer(nn.Module):
                 self.num_heads, self.mlp_ratio, self.pre_norm, self.residual_dropout,
                 self.attention_dropout, self.position == "rotary", self.normalize_qk,
                 self.norm_epsilon, self.mixture_of_attention, self.activation,
+                norm=self.norm, mlp_type=self.mlp_type, mlp_hidden=self.mlp_hidden,
+                mlp_bias=self.mlp_bias, attention_bias=self.attention_bias,
+                rotary_base=self.rotary_base, rotary_table_dtype=self.rotary_table_dtype,
                 name=f"block_{i}")(
                 x, mask, positions, deterministic, return_attention,
                 None if cache is None else cache.blocks[i], cache_index,
@@ -241,7 +314,7 @@ class Transformer(nn.Module):
             new_blocks.append(layer_cache)
             x = ngram_layers(x, i + 1)
         if self.pre_norm:
-            x = nn.LayerNorm(epsilon=self.norm_epsilon, name="final_norm")(x)
+            x = make_norm(self.norm, self.norm_epsilon, "final_norm")(x)
         outputs = (x, attention_maps) if return_attention else (x,)
         if cache is not None:
             outputs = outputs + (DecodeCache(new_blocks, ngram_ids if self.ngram_positions
