@@ -275,7 +275,7 @@ def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
     each; `mixture` adds the MoA gates. Initialisation does not change the step, so GPT-DT and
     DT share a row."""
     from icrl_jax.experiments.gpt_dtma import QUICK_MODEL
-    from icrl_jax.core.config import dt_model_config
+    from icrl_jax.methods.fields import dt_model_config
     from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
     from icrl_jax.methods.dt import DecisionTransformer
 

@@ -6,10 +6,10 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable
 
 from icrl_jax.envs.bandits import BernoulliBandit, ContextualBandit
-from icrl_jax.envs.core import BANDIT, EPISODIC, EnvSpec, ICRLEnv, InvalidActionError, check_actions, stack_params
+from icrl_jax.envs.core import (BANDIT, EPISODIC, REGRET, RETURNS, EnvSpec, ICRLEnv, InvalidActionError,
+                                check_actions, stack_params)
 from icrl_jax.envs.darkroom import (CompositeDarkRoom, DarkRoom, KeyToDoor, composite_actions,
                            headless_ad_action_sets, split_actions)
 from icrl_jax.envs.multidiscrete import ButtonRoom
@@ -18,9 +18,13 @@ from icrl_jax.envs.continuous.locomotion import HalfCheetah, Hopper, Locomotion,
 from icrl_jax.envs.doorkey import DoorKey
 from icrl_jax.envs.host.specs import HostEnv, MiniworldRoom, ViZDoom
 from icrl_jax.envs.tasks import split_tasks
-from icrl_jax.core.errors import UserError, unknown_name
+from icrl_jax.core.errors import UserError
+from icrl_jax.core.registry import Registry
 
-REGISTRY: dict[str, Callable[..., EnvSpec]] = {
+#: Environment name -> constructor (its kwargs are `env.kwargs`). A paper's own envs register
+#: here from its package.
+REGISTRY = Registry("environment")
+for _name, _constructor in {
     "bernoulli_bandit": BernoulliBandit,
     "contextual_bandit": ContextualBandit,
     "darkroom": DarkRoom,
@@ -37,15 +41,15 @@ REGISTRY: dict[str, Callable[..., EnvSpec]] = {
     "miniworld_darkroom": functools.partial(MiniworldRoom, "darkroom"),
     "miniworld_key_to_door": functools.partial(MiniworldRoom, "key_to_door"),
     "vizdoom": ViZDoom,
-}
+}.items():
+    REGISTRY.register(_name, _constructor)
 
 
 def make(name: str, **kwargs) -> EnvSpec:
     """Build the environment registered as `name` with constructor kwargs."""
-    if name not in REGISTRY:
-        raise unknown_name("environment", name, REGISTRY)
+    constructor = REGISTRY.get(name)
     try:
-        return REGISTRY[name](**kwargs)
+        return constructor(**kwargs)
     except TypeError as e:
         raise UserError(f"bad env.kwargs for environment {name!r}: {e}") from e
 

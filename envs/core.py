@@ -32,6 +32,9 @@ class InvalidActionError(ValueError):
 
 
 BANDIT, EPISODIC = "bandit", "episodic"
+#: How shared code scores rollouts of an env (`EnvSpec.scoring`): by cumulative expected regret,
+#: or by episode returns.
+REGRET, RETURNS = "regret", "returns"
 
 
 class EnvSpec:
@@ -51,6 +54,12 @@ class EnvSpec:
     #: BANDIT (every step is an episode; scored by expected regret, `expected_rewards` defined)
     #: or EPISODIC (scored by episode returns).
     kind: str = EPISODIC
+
+    @property
+    def scoring(self) -> str:
+        """REGRET for BANDIT envs (every step is one decision with known expected rewards),
+        RETURNS for EPISODIC ones."""
+        return REGRET if self.kind == BANDIT else RETURNS
     #: Steps per episode when episodes have a fixed time limit (None for bandits).
     episode_length: int | None = None
     #: Size of a finite task set (task ids 0..num_tasks-1), or None for unlimited tasks.

@@ -11,9 +11,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from icrl_jax.core.config import default_transformer_config, dt_model_config
+from icrl_jax.core.config import default_transformer_config
+from icrl_jax.papers.gpt_dtma.fields import gpt_dt_model_config
 from icrl_jax.data.trajectories import Trajectories
-from icrl_jax.methods.dt import DecisionTransformer
+from icrl_jax.papers.gpt_dtma.method import GPTDecisionTransformer
 from icrl_jax.models.clip_text import CLIPTextConfig, CLIPTextEncoder, load_hf_clip_text
 from icrl_jax.models.gpt2 import CheckpointFormatError
 from icrl_jax.models.pretrained import load_pretrained
@@ -130,11 +131,11 @@ def test_live_transformers_equivalence(tmp_path):
 
 def _dt(**model):
     config = default_transformer_config()
-    config.update(dt_model_config())
+    config.update(gpt_dt_model_config())
     config.update(dict(d_model=32, num_layers=2, num_heads=4, norm_epsilon=1e-5, mlp_ratio=2,
                        activation="quick_gelu"))
     config.update(model)
-    return DecisionTransformer(config, (), context_len=4, continuous_dim=2)
+    return GPTDecisionTransformer(config, (), context_len=4, continuous_dim=2)
 
 
 def _windows(n):  # (n, 4 steps) of a continuous-action task
@@ -159,7 +160,7 @@ def test_clip_dt_takes_the_text_encoders_blocks():
         np.testing.assert_array_equal(ours[key], value, err_msg=key)
     assert method.model.backbone.activation == "quick_gelu"
     assert method.markov.shape == (2, 4)
-    labels = [DecisionTransformer.label(ml_collections.ConfigDict(dict(model=dict(
+    labels = [GPTDecisionTransformer.label(ml_collections.ConfigDict(dict(model=dict(
         pretrained=FIXTURE, mixture_of_attention=moa, timestep_encoding="timestep"))))
         for moa in (False, True)]
     assert labels == ["clip_dt", "clip_dtma"]

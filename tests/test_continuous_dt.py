@@ -39,8 +39,8 @@ def test_first_episode_goal_hand_worked():
                                                            episode_length=(3 + 4 + 4) / 3)
     # Only where termination is the goal: a hopper's termination is a fall, not a success.
     rollout = dict(rewards=np.ones((3, 4), np.float32), dones=dones, terminated=terminated)
-    assert "goal_reached" in M.policy_metrics("episodic", rollout, 4, goal=True)[0]
-    assert "goal_reached" not in M.policy_metrics("episodic", rollout, 4)[0]
+    assert "goal_reached" in M.policy_metrics("returns", rollout, 4, goal=True)[0]
+    assert "goal_reached" not in M.policy_metrics("returns", rollout, 4)[0]
     assert envs.make("point_maze").goal_terminates and not envs.make("hopper").goal_terminates
     assert not envs.make("darkroom").goal_terminates
 

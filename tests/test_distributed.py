@@ -166,8 +166,8 @@ SHARDED = textwrap.dedent("""
                             jax.random.PRNGKey(3))
     out["eval_actions"] = {k: r["actions"].tolist() for k, r in rollouts.items()}
     # Sweep: 8 replicas (learning rates), sharded over the devices when they divide.
-    from icrl_jax.core.config import base_config
-    config = base_config()
+    from icrl_jax.methods.fields import ad_config
+    config = ad_config()
     config.model.update(dict(d_model=32, num_layers=1, num_heads=2, max_len=32))
     config.train = tiny_train_config()
     hyper = T.replica_hyperparameters(config, [{"train.learning_rate": float(lr)}

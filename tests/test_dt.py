@@ -10,10 +10,11 @@ import optax
 import pytest
 
 from icrl_jax import envs
-from icrl_jax.papers.gpt_dtma.attention_maps import (context_attention, save_attention_pngs,
+from icrl_jax.methods.dt_attention import (context_attention, save_attention_pngs,
                                               write_attention_html)
 from icrl_jax.data.histories import generate_histories
-from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, noisy_expert,
+from icrl_jax.data.sources import noisy_expert
+from icrl_jax.data.trajectories import (Trajectories, episodes_from_history,
                                         pad_for_windows, returns_to_go, sample_trajectory_windows)
 from icrl_jax.methods.dt import DecisionTransformer, dt_model_config
 from icrl_jax.data.rollout import run_policies

@@ -169,6 +169,7 @@ def test_dt_host_policy_matches_context_rule(store_dir):
 
 def test_doom_dataset_roundtrips_through_episode_format_and_store(tmp_path):
     from icrl_jax.envs.host import vizdoom as vd
+    from icrl_jax.papers.msat import recording
 
     rng = np.random.default_rng(0)
     scenario = "my_way_home"
@@ -186,8 +187,8 @@ def test_doom_dataset_roundtrips_through_episode_format_and_store(tmp_path):
     cut = vd.complete_episodes(rollout)
     assert [len(e["rewards"]) for e in cut] == [4, 7]
     vd.save_episodes(str(tmp_path / "eps"), scenario, cut)
-    info = vd.import_episodes_to_store(str(tmp_path / "eps"), str(tmp_path / "store"),
-                                       chunk_steps=5)
+    info = recording.import_episodes_to_store(str(tmp_path / "eps"), str(tmp_path / "store"),
+                                                chunk_steps=5)
     assert info["steps"] == 11 and info["episodes"] == 2
     store = PixelTrajectoryStore(str(tmp_path / "store"))
     assert store.meta["obs_shape"] == list(vd.OBS_SHAPE) and store.meta["action_shape"] == [2]

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from icrl_jax.core import train as T
-from icrl_jax.papers.gpt_dtma.head_importance import ablation_importance, gate_importance
-from icrl_jax.core.config import default_train_config, default_transformer_config, dt_model_config
+from icrl_jax.papers.gpt_dtma.analysis import ablation_importance, gate_importance
+from icrl_jax.core.config import default_train_config, default_transformer_config
+from icrl_jax.papers.gpt_dtma.fields import gpt_dt_model_config
 from icrl_jax.data.train_data import on_device
 from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
 from icrl_jax.core.errors import UserError
-from icrl_jax.methods.dt import DecisionTransformer
+from icrl_jax.papers.gpt_dtma.method import GPTDecisionTransformer
 from icrl_jax.models.gpt2 import CheckpointFormatError, load_hf_gpt2
 from icrl_jax.models.transformer import Transformer
 
@@ -78,10 +79,10 @@ def test_gate_importance_is_the_weighted_mean_gate():
 
 def _dt(**model):
     config = default_transformer_config()
-    config.update(dt_model_config())
+    config.update(gpt_dt_model_config())
     config.update(dict(d_model=32, num_layers=2, num_heads=4, norm_epsilon=1e-5))
     config.update(model)
-    return DecisionTransformer(config, (), context_len=4, continuous_dim=2)
+    return GPTDecisionTransformer(config, (), context_len=4, continuous_dim=2)
 
 
 def _windows(n=64, steps=4, seed=0):
@@ -232,7 +233,7 @@ def test_point_maze_table_end_to_end(tmp_path):
 
 
 def test_self_attention_reads_the_diagonal_over_valid_tokens():
-    from icrl_jax.papers.gpt_dtma.attention_maps import self_attention
+    from icrl_jax.papers.gpt_dtma.analysis import self_attention
     t = 4
     identity = jnp.broadcast_to(jnp.eye(t), (2, 1, t, t))  # every token attends to itself
     causal = jnp.tril(jnp.ones((t, t))) / jnp.arange(1, t + 1)[:, None]  # uniform over the past

@@ -11,7 +11,7 @@ import pytest
 
 from icrl_jax.envs.host.bridge import HostStep
 from icrl_jax.core import train as T
-from icrl_jax.core.config import base_config
+from icrl_jax.methods.fields import ad_config
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.data.pixel_store import (PixelStore, PixelStoreWriter, StepWindowsLoader,
                                        example_step_windows)
@@ -40,7 +40,7 @@ def colour_store(path, num_histories=6, length=40, chunk_steps=64, seed=0):
 
 
 def tiny_model_config(**extra) -> ml_collections.ConfigDict:
-    config = base_config().model
+    config = ad_config().model
     config.update(dict(d_model=32, num_layers=1, num_heads=2, max_len=16))
     config.observation_encoder = "cnn"
     config.encoder_channels = (8,)

@@ -40,7 +40,7 @@ def test_last_episode_return_is_each_rollouts_own_last_episode():
     dones[0, [1, 3, 5]] = True
     rewards[1, 2] = 7.0  # one 3-step episode (return 7), then an unfinished one
     dones[1, 2] = True
-    metrics, _ = M.policy_metrics("episodic", dict(rewards=rewards, dones=dones), 6)
+    metrics, _ = M.policy_metrics("returns", dict(rewards=rewards, dones=dones), 6)
     assert metrics["last_episode_return"] == pytest.approx((3.0 + 7.0) / 2)
     assert metrics["first_episode_return"] == pytest.approx((1.0 + 7.0) / 2)
     assert metrics["episodes"] == pytest.approx(2.0)

@@ -8,8 +8,9 @@ import pytest
 
 from icrl_jax import envs
 from icrl_jax.core import metrics as M
+from icrl_jax.papers.ngram.search_space import table2_space
 from icrl_jax.tools import sweep as S
-from icrl_jax.core.config import base_config
+from icrl_jax.methods.fields import ad_config
 from icrl_jax.data.dataset import sample_windows, to_step_windows
 from icrl_jax.data.train_data import on_device
 from icrl_jax.core.errors import UserError
@@ -17,7 +18,7 @@ from icrl_jax.data.history import History, HistoryFormatError
 
 
 def tiny_config(tmp_path=None, ngram=False):
-    config = base_config()
+    config = ad_config()
     config.experiment = "sweep_test"
     config.env.name = "darkroom"
     config.data.source = "q_learning"
@@ -84,7 +85,7 @@ def test_vmapped_replicas_equal_one_by_one(tmp_path):
 
 
 def test_sampling_is_per_index_and_in_range():
-    space = S.flatten_space(S.table2_space(ngram=True))
+    space = S.flatten_space(table2_space(ngram=True))
     a = [S.sample_assignment(space, 0, i) for i in range(200)]
     assert S.sample_assignment(space, 0, 7) == a[7]
     lr = np.array([x["train.learning_rate"] for x in a])
@@ -169,7 +170,7 @@ def test_sweep_writes_results_and_resumes(tmp_path):
 
 
 def test_subsample_is_searched_as_its_own_groups(tmp_path):
-    space = S.flatten_space(S.table2_space(ngram=False))
+    space = S.flatten_space(table2_space(ngram=False))
     assert space["data.subsample"] == dict(choice=[4, 8, 10, 20, 50])  # Table 2(a)
     a = S.sample_assignment(space, 0, 0)
     assert S.group_key(a) != S.group_key(dict(a, **{"data.subsample": a["data.subsample"] + 1}))

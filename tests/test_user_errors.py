@@ -60,7 +60,7 @@ def test_unknown_preset_command_and_config_file():
     assert_user_error(run_cli("train", "--config", "experiments/ad/darkroom.py:qiuck"),
                       "unknown preset 'qiuck'", "did you mean 'quick'?")
     assert_user_error(run_cli("trian", "--config", DARKROOM),
-                      "unknown command 'trian'", "did you mean 'train'?", "generate|train")
+                      "unknown command 'trian'", "did you mean 'train'?", "available: evaluate, generate")
     assert_user_error(run_cli("train", "--config", "experiments/ad/darkrom.py:quick"),
                       "'experiments/ad/darkrom.py' not found",
                       "did you mean 'experiments/ad/darkroom.py'?")

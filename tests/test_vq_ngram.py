@@ -14,7 +14,9 @@ import pytest
 
 from icrl_jax.envs.host.bridge import HostStep
 from icrl_jax.envs.host.specs import MiniworldRoom
-from icrl_jax.core.config import base_config, default_vq_config, set_dotted
+from icrl_jax.core.config import set_dotted
+from icrl_jax.methods.fields import ad_config
+from icrl_jax.papers.ngram.fields import default_vq_config
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.data.pixel_store import FramesLoader, PixelStore, PixelStoreWriter
 from icrl_jax.core.errors import UserError
@@ -54,7 +56,7 @@ class SmallRoom(MiniworldRoom):
 
 
 def vq_config(vq_dir, **vq) -> ml_collections.ConfigDict:
-    config = base_config()
+    config = ad_config()
     config.env.name = "miniworld_darkroom"
     config.run.progress = False
     config.model.vq_checkpoint = str(vq_dir)

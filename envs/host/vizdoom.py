@@ -19,9 +19,8 @@ rasterised from the map's blocking lines (or the nearest enemy ahead in Deadly C
 `expert_policy` steers to it with action noise (a `HostPolicy`).
 
 Importing datasets recorded elsewhere: see `save_episodes` / `load_episodes` (format below).
-Decision Transformer datasets: `record_expert_dataset` runs the expert (per-env action noise)
-through `host_rollout` and writes complete episodes into a pixel store, one history per episode
-(`icrl_jax.data.pixel_trajectories`); `import_episodes_to_store` converts the episode format.
+`complete_episodes` cuts a bridge rollout into episodes of that format (the M-SAT paper's package
+records Decision Transformer datasets with them).
 `episode_stats` scores rollouts (return, success) without favouring short episodes.
 """
 
@@ -265,7 +264,7 @@ def save_episodes(directory: str, scenario: str, episodes: list[dict[str, np.nda
     """Write episodes (dicts with the arrays above) in the documented format (validated)."""
     os.makedirs(directory, exist_ok=True)
     for k, ep in enumerate(episodes):
-        _check_episode(ep, scenario, f"episode {k}")
+        check_episode(ep, scenario, f"episode {k}")
         np.savez(os.path.join(directory, f"episode_{k:06d}.npz"), **ep)
     meta = {"format": EPISODE_FORMAT, "version": 1, "scenario": scenario,
             "obs_shape": list(OBS_SHAPE), "action_nvec": action_nvec(scenario).tolist(),
@@ -285,12 +284,12 @@ def load_episodes(directory: str) -> tuple[dict, list[dict[str, np.ndarray]]]:
         path = os.path.join(directory, f"episode_{k:06d}.npz")
         with np.load(path) as data:
             ep = {name: data[name] for name in data.files}
-        _check_episode(ep, meta["scenario"], path)
+        check_episode(ep, meta["scenario"], path)
         episodes.append(ep)
     return meta, episodes
 
 
-def _check_episode(ep, scenario, where) -> None:
+def check_episode(ep, scenario, where) -> None:
     t = len(ep.get("actions", ()))
     want = {"observations": ((t, *OBS_SHAPE), np.uint8), "actions": ((t, len(COMPONENTS[scenario])), None),
             "rewards": ((t,), np.float32), "terminated": ((t,), np.bool_), "truncated": ((t,), np.bool_)}
@@ -325,97 +324,6 @@ def complete_episodes(out: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]
                 truncated=np.asarray(out["truncated"][i, steps], bool)))
             start = end + 1
     return episodes
-
-
-def write_store_episodes(writer, scenario: str, episodes: list[dict[str, np.ndarray]]) -> None:
-    """Append episodes (episode format, validated) to a `PixelStoreWriter`, one history each:
-    the store layout `icrl_jax.data.pixel_trajectories.PixelTrajectoryStore` reads."""
-    for k, ep in enumerate(episodes):
-        _check_episode(ep, scenario, f"episode {k}")
-        dones = np.zeros(len(ep["rewards"]), bool)
-        dones[-1] = True
-        writer.add_history(ep["observations"], ep["actions"], ep["rewards"], dones)
-
-
-def record_expert_dataset(directory: str, scenario: str, num_steps: int, num_envs: int = 8,
-                          noise=(0.0, 0.3), seed: int = 0, steps_per_call: int = 1000,
-                          episodes_dir: str = "", chunk_steps: int = 4096) -> dict:
-    """Record `DoomExpert` episodes through the bridge into a pixel store at `directory`.
-
-    The N envs run `host_rollout` (one jitted scan, one batched callback per step) in calls of
-    `steps_per_call` steps until at least `num_steps` steps of complete episodes are stored (an
-    env's episode still running at the end of a call is dropped). `noise`: one probability, or a
-    (low, high) range spread evenly over the N envs, so the dataset mixes expert qualities (the
-    spread of returns a DT conditions on). `episodes_dir`: also write the documented episode
-    format there. Writes `<directory>/dataset.json` (size, returns, generation time) and returns it.
-    """
-    import time
-
-    from icrl_jax.envs.host.bridge import host_rollout
-    from icrl_jax.data.pixel_store import PixelStoreWriter
-
-    if num_steps < 1 or num_envs < 1 or steps_per_call < 1:
-        raise ValueError("num_steps, num_envs and steps_per_call must be positive")
-    noise = np.asarray(noise, np.float32)
-    levels = (np.full(num_envs, float(noise)) if noise.ndim == 0 else
-              np.linspace(float(noise[0]), float(noise[-1]), num_envs))
-    policy = DoomExpert(scenario, levels)
-    start = time.perf_counter()
-    pool = doom_bridge(scenario, num_envs, record=False)
-    stored, returns, lengths, calls, all_episodes = 0, [], [], 0, []
-    try:
-        with PixelStoreWriter(directory, OBS_SHAPE, (len(COMPONENTS[scenario]),),
-                              chunk_steps=chunk_steps) as writer:
-            while stored < num_steps:
-                out = host_rollout(pool, policy, steps_per_call,
-                                   jax.random.PRNGKey(seed * 100_003 + calls), seed=seed + calls)
-                episodes = complete_episodes(jax.device_get(out))
-                del out
-                calls += 1
-                if not episodes and calls >= 3:
-                    raise RuntimeError(f"no {scenario} episode finished in {steps_per_call} steps "
-                                       f"({calls} calls): raise steps_per_call")
-                write_store_episodes(writer, scenario, episodes)
-                if episodes_dir:
-                    all_episodes += episodes
-                stored += sum(len(ep["rewards"]) for ep in episodes)
-                returns += [float(ep["rewards"].sum()) for ep in episodes]
-                lengths += [len(ep["rewards"]) for ep in episodes]
-    finally:
-        pool.close()
-    if episodes_dir:
-        save_episodes(episodes_dir, scenario, all_episodes)
-    seconds = time.perf_counter() - start
-    size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
-    returns_arr = np.asarray(returns)
-    info = dict(scenario=scenario, steps=int(stored), episodes=len(returns), num_envs=num_envs,
-                noise=[round(float(x), 4) for x in levels], seed=seed, rollout_calls=calls,
-                generation_seconds=round(seconds, 1), steps_per_second=round(stored / seconds, 1),
-                bytes=int(size), mean_return=float(returns_arr.mean()),
-                max_return=float(returns_arr.max()), min_return=float(returns_arr.min()),
-                mean_length=float(np.mean(lengths)), max_length=int(np.max(lengths)))
-    with open(os.path.join(directory, "dataset.json"), "w") as f:
-        json.dump(info, f, indent=1)
-    return info
-
-
-def import_episodes_to_store(episodes_dir: str, directory: str, chunk_steps: int = 4096) -> dict:
-    """Convert a dataset in the documented episode format (recorded elsewhere, e.g. by an APPO
-    agent as in the M-SAT paper) into the pixel store a DT trains from. Returns its summary."""
-    from icrl_jax.data.pixel_store import PixelStoreWriter
-
-    meta, episodes = load_episodes(episodes_dir)
-    scenario = meta["scenario"]
-    with PixelStoreWriter(directory, OBS_SHAPE, (len(COMPONENTS[scenario]),),
-                          chunk_steps=chunk_steps) as writer:
-        write_store_episodes(writer, scenario, episodes)
-    returns = [float(ep["rewards"].sum()) for ep in episodes]
-    info = dict(scenario=scenario, steps=int(sum(len(ep["rewards"]) for ep in episodes)),
-                episodes=len(episodes), imported_from=os.path.abspath(episodes_dir),
-                mean_return=float(np.mean(returns)) if returns else None)
-    with open(os.path.join(directory, "dataset.json"), "w") as f:
-        json.dump(info, f, indent=1)
-    return info
 
 
 #: Deadly Corridor success: the vest was reached, i.e. the return exceeds the most the

@@ -1,6 +1,7 @@
 """What the AD bandit experiments share (Headless-AD sections 4.1-4.2, AD baselines)."""
 
-from icrl_jax.core.config import base_config, cpu_preset
+from icrl_jax.methods.fields import ad_config
+from icrl_jax.core.config import cpu_preset
 
 QUICK = cpu_preset(train_steps=1000, batch_size=64, seq_len=100, **{
     "env.kwargs.arms": 5,
@@ -17,7 +18,7 @@ def bandit_config(experiment: str, env_name: str, source: str):
     The paper gives no dataset size for the contextual bandit, nor batch sizes or numbers of
     updates for either; ours are 10,000 histories, batch 128 and 30,000 updates.
     """
-    config = base_config()
+    config = ad_config()
     config.experiment = experiment
     config.env.name = env_name
     config.data.source = source

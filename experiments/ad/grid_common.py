@@ -1,13 +1,14 @@
 """What the AD grid-world experiments share (n-gram paper, appendix B-D)."""
 
-from icrl_jax.core.config import base_config, cpu_preset
+from icrl_jax.methods.fields import ad_config
+from icrl_jax.core.config import cpu_preset
 
 
 def q_learning_grid_config(experiment: str, env_name: str):
     """The n-gram paper's grid-world layout, shared by AD and the n-gram sweeps: Q-learning
     histories of 200 episodes of 50 steps, hidden 512 (4 blocks, 8 heads), batch 1024, 10K
     updates, context 200 steps (4 episodes), 40 in-context evaluation episodes."""
-    config = base_config()
+    config = ad_config()
     config.experiment = experiment
     config.env.name = env_name
     config.data.source = "q_learning"

@@ -1,6 +1,7 @@
 """Continuous-control experiments: point maze (DT on Minari maze data) and brax locomotion."""
 
-from icrl_jax.core.config import base_config, dt_model_config
+from icrl_jax.core.config import base_config
+from icrl_jax.methods.fields import dt_model_config
 
 
 def gpt_dtma_dt_config(experiment: str, rtg_scale: float, max_timestep: int):

@@ -11,7 +11,7 @@ No-PE ablation: `--config.model.timestep_encoding=none`; token positions instead
 """
 
 from icrl_jax.core.config import apply_preset, base_config
-from icrl_jax.core.config import dt_model_config
+from icrl_jax.methods.fields import dt_model_config
 
 PRESETS = {
     "quick": {

@@ -41,7 +41,7 @@ paper's budget.
 """
 
 from icrl_jax.core.config import apply_preset, base_config
-from icrl_jax.core.config import dt_model_config
+from icrl_jax.methods.fields import dt_model_config
 
 SCENARIOS = ("my_way_home", "deadly_corridor")
 
@@ -97,7 +97,7 @@ def table2_config(scenario: str, preset: str = ""):
     config = make_config("msat", scenario, preset)
     config.experiment = f"msat_table2_{scenario}"
     config.columns = ml_collections.ConfigDict(TABLE2_COLUMNS)
-    config.report = ml_collections.ConfigDict(dict(num_seeds=3, metrics=TABLE2_METRICS[scenario]))
+    config.report.update(dict(kind="columns", num_seeds=3, metrics=TABLE2_METRICS[scenario]))
     return config
 
 

@@ -13,6 +13,8 @@ the same network trained from scratch.
 
 import ml_collections
 
+from icrl_jax.papers.gpt_dtma.fields import gpt_dt_fields
+
 #: Table 3 / 4's columns: (dotted override, value) pairs; "{pretrained}" is the language model.
 COLUMNS = {
     "DT": (),
@@ -59,7 +61,9 @@ def add_columns(config, columns: tuple[str, ...], metrics: tuple[str, ...]) -> N
     `metrics` read from each seed's eval.json. GPT-2's LayerNorm epsilon for every column;
     the language model comes from `--config.report.pretrained=DIR` (GPT-2 small at paper
     scale, which cannot be downloaded here)."""
+    config.method = "gpt_dt"  # the DT with GPT-DTMA's switches (all off: the DT column)
+    config.model.update(gpt_dt_fields())
     config.columns = ml_collections.ConfigDict({name: COLUMNS[name] for name in columns})
-    config.report = ml_collections.ConfigDict(dict(num_seeds=3, metrics=metrics, pretrained="",
-                                                   clip="", optional_columns=("CLIP-DT",)))
+    config.report.update(dict(kind="columns", num_seeds=3, metrics=metrics, pretrained="",
+                              clip="", optional_columns=("CLIP-DT",)))
     config.model.norm_epsilon = 1e-5

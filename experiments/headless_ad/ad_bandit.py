@@ -6,8 +6,9 @@ prefixes (e.g. `contextual_quick_arms30`) switch to the contextual bandit with L
 Bernoulli: trained on the "train" reward distribution, evaluated on uniform rewards.
 """
 
+from icrl_jax.methods.fields import ad_config
 from icrl_jax.experiments.headless_ad.common import quick_preset
-from icrl_jax.core.config import apply_preset, base_config
+from icrl_jax.core.config import apply_preset
 from icrl_jax.experiments.headless_ad.common import EVAL_ARMS, add_report_fields, bernoulli_variants, contextual_variants
 
 QUICK = quick_preset(120, **{"data.num_train_tasks": 2000, "data.num_test_tasks": 50})
@@ -26,7 +27,7 @@ for _n in EVAL_ARMS:
 
 
 def get_config(preset: str = "arms20"):
-    config = base_config()
+    config = ad_config()
     contextual = preset.startswith("contextual")
     n = int(preset.rsplit("arms", 1)[1]) if "arms" in preset else 20
     config.experiment = f"ad_{'contextual' if contextual else 'bernoulli'}"

@@ -10,10 +10,11 @@ Ablations are presets (paper scale: the tuned values of Tables 5-7) or plain swi
 `:quick` fits a 2-core CPU (about 10 minutes with evaluation); `:cpu` is the long CPU run.
 """
 
+from icrl_jax.methods.fields import ad_config
 from icrl_jax.experiments.headless_ad.common import ablation_presets, quick_preset
-from icrl_jax.core.config import add_headless_fields
+from icrl_jax.papers.headless_ad.fields import add_headless_fields
 from icrl_jax.experiments.headless_ad.common import add_report_fields, bernoulli_variants
-from icrl_jax.core.config import apply_preset, base_config
+from icrl_jax.core.config import apply_preset
 
 QUICK = quick_preset(120, **{
     "data.num_train_tasks": 2000,
@@ -43,7 +44,7 @@ PRESETS["cpu"] = dict(QUICK, **{
 
 
 def get_config(preset: str = ""):
-    config = base_config()
+    config = ad_config()
     config.experiment = "headless_ad_bernoulli"
     config.method = "headless_ad"
     config.env.name = "bernoulli_bandit"

@@ -3,7 +3,8 @@ the way the ablations (Tables 5-7) become presets."""
 
 import ml_collections
 
-from icrl_jax.core.config import base_config, cpu_preset
+from icrl_jax.methods.fields import ad_config
+from icrl_jax.core.config import cpu_preset
 
 
 def quick_preset(seq_len: int, **extra):
@@ -85,7 +86,7 @@ ACTION_SETS = {"train": 50, "permuted_train": 50, "sliced_test": 50, "test": 75,
 
 
 def add_report_fields(config: ml_collections.ConfigDict, label: str) -> None:
-    config.report = ml_collections.ConfigDict(dict(label=label, num_seeds=1))
+    config.report.update(dict(kind="variants", label=label, num_seeds=1))
 
 
 def bernoulli_variants(arms: tuple[int, ...] | None = EVAL_ARMS,
@@ -140,7 +141,7 @@ def darkroom_config(experiment: str, method: str, max_eval_actions: int, label: 
     Q-learning histories on the 50 train actions (200 episodes of 20 steps), the schedule of
     Tables 3-4, 1,000 in-context evaluation episodes on the action sets up to
     `max_eval_actions` wide. The model fields are each experiment's own."""
-    config = base_config()
+    config = ad_config()
     config.experiment = experiment
     config.method = method
     config.env.name = "darkroom_composite"

@@ -7,9 +7,10 @@ bandit (`report`'s "Contextual -> Bandit" column).
 `:quick` fits a 2-core CPU.
 """
 
+from icrl_jax.methods.fields import ad_config
 from icrl_jax.experiments.headless_ad.common import quick_preset
-from icrl_jax.core.config import apply_preset, base_config
-from icrl_jax.core.config import add_headless_fields
+from icrl_jax.core.config import apply_preset
+from icrl_jax.papers.headless_ad.fields import add_headless_fields
 from icrl_jax.experiments.headless_ad.common import add_report_fields, contextual_variants
 
 PRESETS = {
@@ -26,7 +27,7 @@ PRESETS = {
 
 
 def get_config(preset: str = ""):
-    config = base_config()
+    config = ad_config()
     config.experiment = "headless_ad_contextual"
     config.method = "headless_ad"
     config.env.name = "contextual_bandit"

@@ -13,7 +13,8 @@ Ablations: presets as in `bernoulli_bandit.py` (`no_prompt`, `mse`, `normal`, `q
 
 from icrl_jax.experiments.headless_ad.common import (DARKROOM_REPLAY, ablation_presets, darkroom_config,
                                             darkroom_quick_preset)
-from icrl_jax.core.config import add_headless_fields, apply_preset
+from icrl_jax.core.config import apply_preset
+from icrl_jax.papers.headless_ad.fields import add_headless_fields
 
 QUICK = darkroom_quick_preset(**{
     "model.action_embed_dim": 128,  # >= 125 actions for orthonormal embeddings

@@ -1,9 +1,9 @@
 """Record ViZDoom expert datasets into a pixel store, or import episodes recorded elsewhere.
 
-    python -m experiments.host.record_doom record --scenario my_way_home --steps 20000 \
+    python -m icrl_jax.experiments.host.record_doom record --scenario my_way_home --steps 20000 \
         --out runs/datasets/vizdoom_my_way_home_mine [--num-envs 8 --noise 0.05 0.3 --seed 0]
         [--episodes-out DIR]   # also write the documented episode format (npz per episode)
-    python -m experiments.host.record_doom import --episodes DIR --out STORE_DIR
+    python -m icrl_jax.experiments.host.record_doom import --episodes DIR --out STORE_DIR
 
 `record` runs `DoomExpert` (per-env action noise spread over --noise) through the bridge
 (`host_rollout`: one jitted scan, one batched callback per step) and keeps complete episodes;
@@ -18,6 +18,7 @@ import argparse
 import json
 
 from icrl_jax.envs.host import vizdoom as vd
+from icrl_jax.papers.msat import recording
 
 
 def main(argv=None):
@@ -40,12 +41,12 @@ def main(argv=None):
     if args.command == "record":
         if len(args.noise) not in (1, 2):
             ap.error("--noise takes one value or LOW HIGH")
-        info = vd.record_expert_dataset(
+        info = recording.record_expert_dataset(
             args.out, args.scenario, args.steps, num_envs=args.num_envs,
             noise=args.noise[0] if len(args.noise) == 1 else tuple(args.noise), seed=args.seed,
             steps_per_call=args.steps_per_call, episodes_dir=args.episodes_out)
     else:
-        info = vd.import_episodes_to_store(args.episodes, args.out)
+        info = recording.import_episodes_to_store(args.episodes, args.out)
     print(json.dumps(info, indent=1))
 
 

@@ -13,7 +13,9 @@ in the in-context rollouts alike. Observations are still embedded by AD's CNN (t
 them with the VQ encoder; this repo keeps one observation encoder for both methods).
 """
 
-from icrl_jax.core.config import base_config, cpu_preset, default_vq_config
+from icrl_jax.methods.fields import ad_config
+from icrl_jax.core.config import cpu_preset
+from icrl_jax.papers.ngram.fields import default_vq_config
 
 ENVS = ("miniworld_darkroom", "miniworld_key_to_door")
 
@@ -25,7 +27,7 @@ def miniworld_config(experiment: str, env_name: str, episode_length: int):
     (60 dark-room goals -> 480K frames, the size the issue asks the store to handle)."""
     if env_name not in ENVS:
         raise ValueError(f"unknown Miniworld env {env_name!r}; available: {ENVS}")
-    config = base_config()
+    config = ad_config()
     config.experiment = experiment
     config.env.name = env_name
     config.env.kwargs.episode_length = episode_length

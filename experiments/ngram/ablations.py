@@ -13,7 +13,8 @@ Add `_quick` to any preset (e.g. `length2_quick`) for a 2-core CPU run in minute
 
 from icrl_jax.core.config import apply_preset
 from icrl_jax.experiments.ngram.common import grid_sweep_config, quick_preset
-from icrl_jax.tools.search_space import add_sweep_fields, table2_space, vmappable_space
+from icrl_jax.tools.search_space import add_sweep_fields, vmappable_space
+from icrl_jax.papers.ngram.search_space import table2_space
 
 SETTINGS = {
     "length1": {"model.ngram_positions": (1,), "model.ngram_max": 1},

@@ -45,7 +45,8 @@ source at these budgets, so they do not test the paper's near-optimal claim.
 from icrl_jax.core.config import apply_preset
 from icrl_jax.experiments.ad.darkroom import PRESETS as AD_DARKROOM_PRESETS
 from icrl_jax.experiments.ngram.common import NARROW_SPACE, grid_sweep_config, quick_preset
-from icrl_jax.tools.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
+from icrl_jax.tools.search_space import add_sweep_fields, nested_space, vmappable_space
+from icrl_jax.papers.ngram.search_space import table2_space
 
 AD_BASELINE = {"model.ngram_positions": (), "sweep.space": nested_space(table2_space(ngram=False))}
 

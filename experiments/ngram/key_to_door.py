@@ -18,7 +18,8 @@ in `NARROW_SPACE`, 8 assignments in one program.
 from icrl_jax.core.config import apply_preset
 from icrl_jax.experiments.ad.key_to_door import PRESETS as AD_KEY_TO_DOOR_PRESETS
 from icrl_jax.experiments.ngram.common import NARROW_SPACE, grid_sweep_config, quick_preset
-from icrl_jax.tools.search_space import add_sweep_fields, nested_space, table2_space, vmappable_space
+from icrl_jax.tools.search_space import add_sweep_fields, nested_space, vmappable_space
+from icrl_jax.papers.ngram.search_space import table2_space
 
 
 QUICK = quick_preset(**{

@@ -1,6 +1,6 @@
 """Uni[MASK] experiments (Carroll et al. 2022): DoorKey heatmaps and the Maze2D returns table."""
 
-from icrl_jax.core.config import unimask_model_config
+from icrl_jax.papers.unimask.fields import unimask_model_config
 
 
 def add_unimask_fields(config, *, d_model: int, num_layers: int, num_heads: int,

@@ -82,6 +82,7 @@ def get_config(preset: str = ""):
     config.train.log_every = 250
     config.eval.num_steps = 10
     config.eval.baselines = ("source", "random")
+    config.report.kind = "grid"  # `icrl-jax report`: the regime grid and its heatmaps
     config.grid = ml_collections.ConfigDict(dict(
         regimes=REGIMES,
         num_seeds=6,

@@ -49,6 +49,7 @@ def get_config(preset: str = ""):
     config.model.max_timestep = 600.0
     config.train.num_steps = 100_000
     config.train.log_every = 500
+    config.report.kind = "grid"  # `icrl-jax report`: the regime grid and its heatmaps
     config.grid = ml_collections.ConfigDict(dict(
         evaluate="returns",
         num_seeds=3,

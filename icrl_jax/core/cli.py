@@ -1,27 +1,12 @@
-"""`icrl-jax generate|train|evaluate|report|sweep|pretrain-lm|pretrain-vq --config experiments/<paper>/<exp>.py[:preset] [--config.x.y=v]`
+"""`icrl-jax COMMAND --config experiments/<paper>/<exp>.py[:preset] [--config.x.y=v]`
 
-* generate: learning histories of the configured source algorithm on the training tasks.
-* train: generate (if the dataset is missing), pretrain the VQ-VAE (n-gram layers matching VQ codes,
-  if it is missing), train, then evaluate (unless `--config.run.evaluate=False`).
-  A run whose work directory already holds checkpoints resumes from the latest one.
-* evaluate: in-context evaluation of the latest checkpoint on held-out tasks.
-* report: with --config, train `config.report.num_seeds` seeds (resuming) and evaluate each on the
-  experiment's `variants`, then write Table 1 and figures to `<workdir>/report`; with --runs DIR
-  (repeatable) and --out DIR, only aggregate existing runs into one table (e.g. Headless-AD, its
-  ablations and AD baselines side by side; finished `train` runs: their seeds grouped by
-  method, mean ± s.e.m. and curves, `seed_report.py`).
-* sweep: with --config, the random hyperparameter search of `config.sweep` (resuming: finished
-  assignments are skipped), results and EMP in the workdir; with --runs DIR (repeatable) and --out
-  DIR, only plot the EMP of several finished sweeps together (labels: --labels, repeatable);
-  `--runs A,B,C` pools one method's repeated searches (other seeds) into one curve.
+The commands come from the registry (`core.registry.COMMANDS`): the shared ones (generate,
+train, evaluate, report, sweep: `core/commands.py`) and those a paper package registers (e.g.
+pretrain-lm, pretrain-vq). `icrl-jax --help` lists them with their lines. Every command with
+--config runs through `core.run` (`resolve_config`, then `run`); `report` and `sweep` also take
+`--runs DIR ... --out DIR` to combine finished runs.
 
-* pretrain-lm: with a language-model config (experiments/gpt_dtma/lm.py), next-byte pretraining
-  of a small GPT-2 on text, written in Hugging Face format to `<workdir>/hf/`.
-* pretrain-vq: with a config that has a `vq` section (experiments/miniworld/), the VQ-VAE whose
-  codes the n-gram layers match, pretrained on the frames of the pixel store
-  (`model.vq_checkpoint`, default `<pixel store>/vq/`; icrl_jax/vq_pretrain.py).
-
-Every command with --config runs through `icrl_jax.core.run` (`resolve_config`, then `run`).
+A run whose work directory already holds checkpoints resumes from the latest one.
 
 Bad input (an unknown command, config key, preset, method, environment or data source, a missing
 config file, a work directory holding another experiment) prints one line, `icrl-jax: <what is
@@ -30,7 +15,6 @@ wrong>`, and exits with status 2; any other exception is a bug and keeps its tra
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -40,12 +24,18 @@ from ml_collections import config_flags
 
 from icrl_jax.core.config import check_key
 from icrl_jax.core.cpu_devices import use_one_device_per_core
-from icrl_jax.core.errors import UserError, did_you_mean, unknown_name
+from icrl_jax.core.errors import UserError, did_you_mean
 from icrl_jax.core.host_memory import reexec_with_huge_pages
+from icrl_jax.core.registry import COMMANDS
 
-COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm", "pretrain-vq")
-USAGE = (f"icrl-jax {{{'|'.join(COMMANDS)}}} --config FILE[:preset] [--config.key=value ...], "
-         f"or icrl-jax {{report|sweep}} --runs DIR [--runs DIR ...] --out DIR")
+
+def usage() -> str:
+    names = COMMANDS.names()
+    combining = [n for n in names if COMMANDS.get(n).aggregate is not None]
+    lines = [f"icrl-jax {{{'|'.join(names)}}} --config FILE[:preset] [--config.key=value ...], "
+             f"or icrl-jax {{{'|'.join(combining)}}} --runs DIR [--runs DIR ...] --out DIR"]
+    lines += [f"  {n}: {COMMANDS.get(n).doc}" for n in names]
+    return "\n".join(lines)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file, optionally with ':preset' (e.g. "
@@ -61,18 +51,12 @@ _LABELS = flags.DEFINE_multi_string("labels", [], "sweep: legend labels of the -
 _CONFIG_FILE_FAILED = "Error whilst parsing config file"
 
 
-def _aggregate(command: str) -> None:
-    """`report|sweep --runs DIR ... --out DIR`: combine finished runs without training."""
+def _aggregate(command) -> None:
+    """`<command> --runs DIR ... --out DIR`: combine finished runs without training."""
     if not _RUNS.value or not _OUT.value:
-        raise UserError(f"{command} needs --config FILE[:preset], or --runs DIR ... --out DIR")
-    if command == "sweep":
-        from icrl_jax.tools import sweep
-        summary = sweep.compare_sweeps(_RUNS.value, _OUT.value, _LABELS.value or None)
-        print(json.dumps(summary, indent=1))
-        return
-    from icrl_jax.papers.headless_ad import table1 as report
-    for name, path in report.write_report(list(_RUNS.value), _OUT.value).items():
-        print(f"{name}: {path}")
+        raise UserError(f"{command.name} needs --config FILE[:preset], or --runs DIR ... "
+                        f"--out DIR")
+    command.aggregate(list(_RUNS.value), _OUT.value, list(_LABELS.value))
 
 
 def _run(argv: list[str]) -> None:
@@ -80,14 +64,13 @@ def _run(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     args = argv[1:]
     if len(args) != 1:
-        raise UserError(f"expected one command, got {args or 'none'}; usage: {USAGE}")
-    command = args[0]
-    if command not in COMMANDS:
-        raise UserError(f"{unknown_name('command', command, COMMANDS)}; usage: {USAGE}")
+        raise UserError(f"expected one command, got {args or 'none'}; usage: "
+                        f"{usage().splitlines()[0]}")
+    command = COMMANDS.get(args[0])  # an unknown one fails naming the nearest
     if _CONFIG.value is None:
-        if command in ("report", "sweep"):
+        if command.aggregate is not None:
             return _aggregate(command)
-        raise UserError(f"{command} needs --config FILE[:preset], e.g. "
+        raise UserError(f"{command.name} needs --config FILE[:preset], e.g. "
                         f"--config experiments/ad/darkroom.py:quick")
     if _RUNS.value or _OUT.value or _LABELS.value:
         raise UserError("--runs, --out and --labels aggregate finished runs and take no --config; "
@@ -97,7 +80,7 @@ def _run(argv: list[str]) -> None:
     distributed.initialize(_CONFIG.value.get("dist"))
     from icrl_jax.core import run as R
     config = R.resolve_config(_CONFIG.value)
-    R.run(config, command)
+    R.run(config, command.name)
     return None  # app.run exits with a returned value as the status
 
 
@@ -183,6 +166,10 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
+    if len(sys.argv) == 1 or sys.argv[1] in ("-h", "--help", "help"):
+        print(f"usage: {usage()}\n\nflags: --config FILE[:preset], --config.KEY=VALUE, --runs DIR, "
+              f"--out DIR, --labels NAME (`icrl-jax --helpfull` lists every flag)")
+        return
     reexec_with_huge_pages()  # first: glibc reads the tunable at start (icrl_jax/host_memory.py)
     try:
         use_one_device_per_core()  # before JAX starts (icrl_jax/cpu_devices.py)

@@ -46,6 +46,12 @@ def default_transformer_config() -> ml_collections.ConfigDict:
     ))
 
 
+#: Hyperparameters that never change an array shape: the trainer traces them (`train`'s replica
+#: hyperparameters), so a random search over them is one program vmapped over its assignments.
+TRACED_HYPERPARAMETERS = ("train.learning_rate", "train.weight_decay", "model.embedding_dropout",
+                          "model.residual_dropout", "model.label_smoothing")
+
+
 def default_train_config() -> ml_collections.ConfigDict:
     """Defaults of the trainer (`icrl_jax.core.train`): the `train` section."""
     return ml_collections.ConfigDict(dict(
@@ -69,35 +75,13 @@ def default_train_config() -> ml_collections.ConfigDict:
     ))
 
 
-def default_vq_config() -> ml_collections.ConfigDict:
-    """The `vq` section (`icrl_jax/vq_pretrain.py`): the VQ-VAE whose 4x4 codes per frame the
-    n-gram layers match on pixel observations (n-gram paper, sec. 2.3), pretrained to
-    reconstruct the frames of the run's pixel store, and its training."""
-    return ml_collections.ConfigDict(dict(
-        num_codes=64,  # codebook size K
-        code_dim=32,  # D, the size of a code vector
-        channels=64,  # conv width of the encoder and decoder
-        grid=4,  # codes per side: 4 x 4 per frame (the paper)
-        pool=1,  # average-pool frames by this factor before the VQ-VAE (CPU presets)
-        beta=0.25,  # commitment loss weight (van den Oord et al.)
-        num_steps=5000,
-        batch_size=128,  # frames per update
-        learning_rate=1e-3,
-        warmup_steps=200,
-        steps_per_call=10,  # updates per jitted call (unrolled: pixel convs, see train.py)
-        log_every=100,
-        checkpoint_every=1000,
-        eval_frames=4096,  # frames of the store whose codes vq.json describes
-    ))
-
-
 def base_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.experiment = ""
     config.preset = ""
     config.seed = 0
     config.workdir = ""  # default: runs/<experiment>_<preset>
-    config.method = "ad"
+    config.method = ""  # a registered method (e.g. "ad"); "" for configs of other kinds
 
     config.env = ml_collections.ConfigDict(dict(name="", kwargs=ml_collections.ConfigDict()))
     config.data = ml_collections.ConfigDict(dict(
@@ -110,24 +94,9 @@ def base_config() -> ml_collections.ConfigDict:
         split_seed=0,
         path="",  # dataset file; default: <workdir>/histories.npz
         subsample=1,  # train on every k-th episode of each history (n-gram paper's `subsample`)
+        builder="histories",  # how the dataset is made and opened (data/builders.py BUILDERS)
     ))
     config.model = default_transformer_config()
-    config.model.label_smoothing = 0.0
-    # Grid worlds: add the cell's (row, column) features to its id embedding.
-    config.model.grid_observations = False
-    # AD: mark each episode's first step in its token (a learned vector), so the model need not
-    # infer resets from the observations (a Key-to-Door agent must know when its key is gone).
-    config.model.episode_starts = False
-    # AD: add each step's episode return so far (a learned vector times it) to its token; on
-    # Key-to-Door that is the key flag, which the observation hides and the context shows.
-    config.model.episode_returns = False
-    # N-gram layers (enabled by model.ngram_positions): which step ids they match.
-    # transition | observation | observation_return (the cell and the episode's reward so far,
-    # e.g. Key-to-Door's key flag) | vq | a registered id fn
-    config.model.ngram_match = "transition"
-    # ngram_match="vq": directory of the pretrained VQ-VAE (config.json + model.safetensors);
-    # "" = <dataset>/vq, pretrained there first by `train` when the config has a `vq` section.
-    config.model.vq_checkpoint = ""
     config.train = default_train_config()
     config.eval = ml_collections.ConfigDict(dict(
         num_steps=500,  # in-context steps per evaluation rollout
@@ -150,6 +119,9 @@ def base_config() -> ml_collections.ConfigDict:
         # privileged expert (envs that have one).
         baselines=("source", "random", "expert"),
     ))
+    # `icrl-jax report --config`: the registered report `kind` (core.registry.REPORTS), the
+    # training seeds it runs, and its row name in tables ("" = the method's label).
+    config.report = ml_collections.ConfigDict(dict(kind="seeds", num_seeds=1, label=""))
     config.run = ml_collections.ConfigDict(dict(
         generate=True,  # `train` also generates the dataset when it is missing
         evaluate=True,  # `train` evaluates when training ends
@@ -292,6 +264,12 @@ def check_workdir(config: ml_collections.ConfigDict) -> None:
                         f" not this one ({describe(ours)}); pass a new --config.workdir=DIR")
 
 
+def saved_config(workdir: str) -> ml_collections.ConfigDict:
+    """The resolved config a run wrote (`workdir/config.json`), as a ConfigDict."""
+    with open(os.path.join(workdir, "config.json")) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
 def finalize(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Fill derived defaults and lock the config against new keys."""
     if not config.workdir:
@@ -300,53 +278,3 @@ def finalize(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         config.model.max_len = config.train.seq_len
     config.lock()
     return config
-
-
-# Method-specific model fields, added by the experiments that use those methods (kept here, not
-# beside the methods, so that loading a config imports no model code).
-
-def default_headless_config() -> dict:
-    """Headless-AD fields to add to a `model` config (values: the paper's Bernoulli bandit)."""
-    return dict(action_embed_dim=64, tau=1.34, loss="infonce", prompt=True,
-                embeddings="orthonormal", eval_embedding_seed=0, reward_gated_actions=False)
-
-
-def add_headless_fields(config: ml_collections.ConfigDict, **overrides) -> None:
-    """Give `config.model` the Headless-AD fields (defaults, then `overrides`)."""
-    fields = dict(default_headless_config(), **overrides)
-    for key, value in fields.items():
-        config.model[key] = value
-
-
-def dt_model_config() -> ml_collections.ConfigDict:
-    """The Decision Transformer fields of `config.model` (added by DT experiments)."""
-    return ml_collections.ConfigDict(dict(
-        timestep_encoding="timestep",  # timestep | position | none
-        max_timestep=1000,  # rows of the timestep table
-        rtg_scale=1.0,  # returns-to-go are divided by this before embedding
-        action_prediction="state",  # state | autoregressive (multi-action tokens)
-        # Pixel (uint8 image) states only:
-        cnn_channels=(32, 64, 64),  # strided conv widths of the state encoder
-        cnn_kernel=4,
-        obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
-        # GPT-DTMA's variants (methods/dt.py):
-        pretrained="",  # a Hugging Face GPT-2 or CLIP text directory whose blocks initialise it
-        pretrained_architecture=False,  # take d_model, layers, heads... from `pretrained`
-        mixture_of_attention=False,  # MoA: a softmax gate over each layer's heads, per token
-        markov_penalty=0.0,  # alpha of GPT-DTMA-R: alpha x the Markov heads' mean MoA gates
-        freeze_attention=False,  # GPT-DT(part): the LM's attention stays frozen
-    ))
-
-
-def unimask_model_config() -> ml_collections.ConfigDict:
-    """The Uni[MASK] fields of `config.model` (methods/unimask.py)."""
-    return ml_collections.ConfigDict(dict(
-        backbone="transformer",  # transformer (bidirectional) | mlp (the paper's baseline)
-        regime="random",  # the masking scheme trained on (methods/unimask_masks.py REGIMES)
-        action_weight=1.0,  # Table 2's "Action:State loss"
-        state_weight=1.0,
-        rtg_scale=10.0,  # the return-to-go enters divided by this
-        max_timestep=10.0,  # ... and the snippet's first timestep divided by this
-        mlp_layers=3,  # MLP baseline: hidden layers and their width
-        mlp_width=128,
-    ))

@@ -76,6 +76,23 @@ def mean_and_stderr(x: np.ndarray, axis: int = 0, ddof: int = 0
     return mean, np.where(count > ddof, std, 0.0) / np.sqrt(np.maximum(count, 1))
 
 
+def seed_mean_sem(values, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The statistic every report and table gives over training seeds: the mean and its standard
+    error with the sample deviation (n - 1); the error is 0 for a single seed."""
+    return mean_and_stderr(values, axis=axis, ddof=1)
+
+
+def format_mean_sem(values, digits: int = 2) -> str:
+    """`seed_mean_sem` of a list of per-seed values as "m ± s" ("m" for one seed, "-" for none)."""
+    values = np.asarray(values, np.float64)
+    if values.size == 0:
+        return "-"
+    if values.size == 1:
+        return f"{values[0]:.{digits}f}"
+    mean, sem = seed_mean_sem(values)
+    return f"{float(mean):.{digits}f} ± {float(sem):.{digits}f}"
+
+
 def expected_max_performance(scores, max_n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Expected Maximum Performance (Dodge et al., 2019) of a random hyperparameter search.
 
@@ -110,14 +127,14 @@ def assignments_to_reach(scores, target: float) -> int | None:
     return int(reached[0]) + 1 if reached.size else None
 
 
-def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
+def policy_metrics(scoring: str, rollout: dict[str, np.ndarray], num_steps: int,
                    final_window: int = 1, goal: bool = False
                    ) -> tuple[dict[str, float], np.ndarray]:
     """The metrics of one policy's rollouts, and its curves (one definition for every stage).
 
     Args:
-      kind: "bandit" (scored by expected regret; `rollout` has `expected_reward` and
-        `optimal_expected_reward`) or "episodic" (scored by episode returns).
+      scoring: "regret" (`EnvSpec.scoring`: scored by expected regret; `rollout` has `expected_reward` and
+        `optimal_expected_reward`) or "returns" (scored by episode returns).
       rollout: `(N, T)` arrays `rewards`, `dones` (and the bandit info).
       final_window: steps (bandits) or episodes (episodic) the final scores average.
       goal: termination means the goal was reached (`EnvSpec.goal_terminates`): also report
@@ -133,7 +150,7 @@ def policy_metrics(kind: str, rollout: dict[str, np.ndarray], num_steps: int,
       episodes); `episodes` (mean complete episodes per rollout); curves = return per episode
       index, over the indices at least half of the rollouts reached.
     """
-    if kind == "bandit":
+    if scoring == "regret":
         step_regret = np.asarray(rollout["optimal_expected_reward"] - rollout["expected_reward"],
                                  np.float64)
         regret = np.cumsum(step_regret, axis=1)
@@ -167,7 +184,7 @@ def first_episode_goal(dones, terminated) -> dict[str, float]:
     return dict(goal_reached=float(reached.mean()), episode_length=float((end + 1).mean()))
 
 
-def summarise(kind: str, rollouts: dict[str, dict[str, np.ndarray]], num_steps: int,
+def summarise(scoring: str, rollouts: dict[str, dict[str, np.ndarray]], num_steps: int,
               final_window: int = 1, goal: bool = False
               ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """`policy_metrics` of every policy as `{policy}_{metric}`, plus the model's normalised
@@ -180,10 +197,10 @@ def summarise(kind: str, rollouts: dict[str, dict[str, np.ndarray]], num_steps: 
     """
     results, curves = {}, {}
     for name, rollout in rollouts.items():
-        metrics, curves[name] = policy_metrics(kind, rollout, num_steps, final_window, goal)
+        metrics, curves[name] = policy_metrics(scoring, rollout, num_steps, final_window, goal)
         results.update({f"{name}_{k}": v for k, v in metrics.items()})
     scores = ({"normalised_score": "final_regret", "final_step_score": "final_step_regret"}
-              if kind == "bandit" else {"normalised_score": "last_episode_return"})
+              if scoring == "regret" else {"normalised_score": "last_episode_return"})
     for score, key in scores.items():
         if {f"model_{key}", f"random_{key}", f"source_{key}"} <= set(results):
             with np.errstate(invalid="ignore", divide="ignore"):  # source == random: NaN

@@ -29,33 +29,36 @@ import numpy as np
 
 from icrl_jax import envs
 from icrl_jax.core import metrics as M
+from icrl_jax.core import train as T
 from icrl_jax.core.config import check_workdir, finalize
-from icrl_jax.data import sources as S
-from icrl_jax.data.builders import (Rows, dataset_returns, generate, num_rows, open_dataset,
-                                    share_dataset, task_split)
-from icrl_jax.data.rollout import run_policies
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.logging_utils import MetricsLogger
-from icrl_jax.methods import build_method, method_class
-from icrl_jax.models.pretrained import adopt_pretrained_architecture
 from icrl_jax.core.plots import plot_curves
-from icrl_jax.papers.ngram.vq_pretrain import needs_vq, pretrain_vq, resolve_vq_checkpoint
-
-COMMANDS = ("generate", "train", "evaluate", "report", "sweep", "pretrain-lm", "pretrain-vq")
+from icrl_jax.core.registry import COMMANDS, HOOKS, REPORTS
+from icrl_jax.data import sources as S
+from icrl_jax.data.builders import (Rows, dataset_returns, generate, num_rows, open_dataset,
+                                    reference_scores, share_dataset, task_split)
+from icrl_jax.data.minari_io import normalized_score
+from icrl_jax.data.rollout import run_policies
+from icrl_jax.methods import build_method, method_class
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Validate a loaded config, fill derived fields, and write it to the work directory."""
-    if config.get("lm") is None:  # a language-model config has no method and no env
-        method_class(config.method)  # an unknown method fails here, naming the nearest
-        build_env(config)  # so does an unknown env or a bad env kwarg
-    if config.get("model") is not None:  # `model.pretrained_architecture`: the LM's shape
-        adopt_pretrained_architecture(config.model)
+    """Validate a loaded config, fill derived fields, and write it to the work directory.
+
+    The config's method (if it names one) and env are built first, so an unknown name or a bad
+    env kwarg fails here, naming the nearest; the method's `prepare_config` fills fields that
+    depend on other files (e.g. a pretrained model's shape); each active run hook's `resolve`
+    then checks and fills the finalised config."""
+    env = None
+    if config.method:  # a config of another kind (e.g. a language model's) has no method
+        method_class(config.method).prepare_config(config)
+        env = build_env(config)
     config = finalize(config)
     check_workdir(config)
-    if needs_vq(config):  # after finalize: the default VQ directory is in the dataset's
-        resolve_vq_checkpoint(config, build_env(config))
+    for hook in active_hooks(config):
+        hook.resolve(config, env)
     os.makedirs(config.workdir, exist_ok=True)
     if is_main_process():
         with open(os.path.join(config.workdir, "config.json"), "w") as f:
@@ -63,12 +66,15 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     return config
 
 
+def active_hooks(config) -> list:
+    """The registered run hooks (`core.registry.HOOKS`) that apply to `config`."""
+    return [hook for _, hook in HOOKS.items() if hook.applies(config)]
+
+
 def process_share(config, env) -> Rows | None:
     """With several processes, the rows of the dataset this process makes and trains on: its
     devices' share (`train.process_rows`), when the builder makes rows alone and they divide
     over the devices; else None."""
-    from icrl_jax.core import train as T
-
     total = num_rows(config, env) if jax.process_count() > 1 else None
     indices = None if total is None else T.process_rows(total)
     if indices is None:
@@ -99,13 +105,11 @@ def build_env(config, **overrides):
 
 
 def train(config):
-    """Generate (if needed), pretrain the VQ-VAE of VQ n-gram ids (if needed), train
-    (resuming), then evaluate unless `run.evaluate` is off."""
-    from icrl_jax.core import train as T
-
+    """Generate (if needed), run the active hooks' stages (e.g. a pretraining the model needs),
+    train (resuming), then evaluate unless `run.evaluate` is off."""
     env = build_env(config)
-    if needs_vq(config) and config.get("vq") is not None:
-        pretrain_vq(config, env, dataset_of(config, env))
+    for hook in active_hooks(config):  # stages some configs need first (e.g. pretraining)
+        hook.before_train(config, env, lambda: dataset_of(config, env))
     method = build_method(config, env)
     data = training_data_of(config, env, method)
     programs = {}  # one compile of the steps for all the segments between evaluations
@@ -168,8 +172,6 @@ def _same_shapes_across_processes(tree) -> bool:
 
 def load_params(config, env, method, data=None):
     """The latest checkpoint's parameters (a clear error if there is none or it is unreadable)."""
-    from icrl_jax.core import train as T
-
     data = data or method.training_data(open_dataset(config, env), config, env)
     return T.restore_params(method, data, config.train, config.workdir,
                             method.signature(config, env))
@@ -226,7 +228,7 @@ def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
                             chunk_size=config.eval.chunk_size or None,
                             workers=int(config.env.get("num_workers", 0)) or None,
                             show_progress=config.run.progress)
-    results, curves = M.summarise(env.kind, rollouts, num_steps, int(config.eval.final_window),
+    results, curves = M.summarise(env.scoring, rollouts, num_steps, int(config.eval.final_window),
                                     env.goal_terminates)
     for name, rollout in rollouts.items():
         results.update({f"{name}_{k}": v for k, v in env.rollout_metrics(rollout, num_steps).items()}
@@ -250,10 +252,8 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     results, curves, rollouts = rollout_and_score(config, env, method, params, tasks,
                                                   jax.random.PRNGKey(config.eval.seed))
-    from icrl_jax.data.minari_io import MinariEpisodes, normalized_score
-    refs = ((dataset.ref_min_score, dataset.ref_max_score)
-            if isinstance(dataset, MinariEpisodes) else (None, None))
-    if None not in refs:  # Minari datasets with reference returns: D4RL-normalised scores
+    refs = reference_scores(dataset)
+    if refs is not None:  # datasets with reference returns: D4RL-normalised scores
         results.update({f"{name}_d4rl_score": float(normalized_score(
             results[f"{name}_first_episode_return"], *refs)) for name in rollouts})
     returns = dataset_returns(dataset)
@@ -267,10 +267,10 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     if not is_main_process():  # every process rolls out on its own devices; one writes
         return results
     # Per rollout, for analyses the means hide (e.g. how often the return is 0, 1 or 2).
-    bandit = env.kind == envs.BANDIT
+    regret = env.scoring == envs.REGRET
     per_rollout = {
-        f"{name}_regret" if bandit else f"{name}_returns": (
-            np.asarray(curves[name], np.float32) if bandit
+        f"{name}_regret" if regret else f"{name}_returns": (
+            np.asarray(curves[name], np.float32) if regret
             else M.rollout_episode_returns(rollout, config.eval.num_steps))
         for name, rollout in rollouts.items()}
     per_rollout["task_ids"] = eval_task_ids(env, config)
@@ -280,8 +280,8 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     results["plot"] = plot_curves(
         curves,
         os.path.join(config.workdir, "in_context_curves.png"),
-        xlabel="step" if bandit else "in-context episode",
-        ylabel="cumulative regret" if bandit else "return",
+        xlabel="step" if regret else "in-context episode",
+        ylabel="cumulative regret" if regret else "return",
         title=f"{config.experiment}: {config.eval.tasks} tasks")
     return write_eval_results(config, results, step, per_rollout)
 
@@ -324,89 +324,6 @@ def write_eval_results(config, results: dict[str, Any], step: int | None = None,
     return results
 
 
-# ---------------------------------------------------------------------------------------------
-# Evaluation over environment variants (action sets, arm counts, reward distributions) and
-# training seeds: the Headless-AD paper's tables. An experiment opts in with `config.variants`
-# (name -> dict(env=<env kwargs overrides>, actions=<action set name or "">, tasks=test|train,
-# optionally env_name=<another registered env>, whose kwargs are then `env` alone))
-# and `config.report` (label=<row name in tables>, num_seeds=<training seeds>).
-
-
-def actions_used(actions: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
-    """Distinct actions tried in each rollout: actions int `(N, T)`, mask `(N, A)` -> `(N,)`."""
-    tried = jax.nn.one_hot(jnp.asarray(actions), action_mask.shape[-1], dtype=jnp.bool_).any(1)
-    return np.asarray(tried.sum(-1))
-
-
-def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
-    """The model and the baselines on one variant: `score` is the model's final-step score
-    (bandits) or its success (episodic), `arms_used` its distinct actions per rollout."""
-    if variant.get("env_name"):  # another environment: its own kwargs only (Figure 9)
-        env = envs.make(variant["env_name"], **dict(variant.get("env", {})))
-    else:
-        env = build_env(config, **dict(variant.get("env", {})))
-    if not method.any_action_count and env.num_actions > build_env(config).num_actions:
-        return dict(applicable=False)
-    tasks = eval_tasks(env, config, variant.get("tasks", "test"),
-                       actions=variant.get("actions") or None, same_count=True)
-    model_key, rollout_key = jax.random.split(key)
-    results, curves, rollouts = rollout_and_score(config, env, method, params, tasks,
-                                                  rollout_key, model_key)
-    result: dict[str, Any] = dict(applicable=True, env=env.name, num_envs=int(len(rollouts["model"]["rewards"])),
-                                  num_actions=float(rollouts["model"]["action_mask"].sum(-1).mean()))
-    for name, rollout in rollouts.items():
-        result[f"{name}_arms_used"] = float(actions_used(rollout["actions"],
-                                                         rollout["action_mask"]).mean())
-    result.update(results)
-    if env.kind == envs.BANDIT:
-        result["score"] = result["final_step_score"]
-        result["cumulative_score"] = result["normalised_score"]
-    else:
-        result["score"] = result["model_success"]
-    result["arms_used"] = result["model_arms_used"]
-    result["curves"] = {n: M.mean_curve(c) for n, c in curves.items()}
-    return result
-
-
-def evaluate_variants(config, params=None) -> dict[str, Any]:
-    """Evaluate the latest checkpoint on every `config.variants` entry -> `variants.json`."""
-    from icrl_jax.core import train as T
-
-    env = build_env(config)
-    method = build_method(config, env)
-    checkpoint_step = None
-    if params is None:
-        params = load_params(config, env, method)
-        checkpoint_step = T.latest_checkpoint_step(config.workdir)
-    results = {}
-    for i, (name, variant) in enumerate(sorted(config.variants.to_dict().items())):
-        start = time.perf_counter()
-        key = jax.random.fold_in(jax.random.PRNGKey(config.eval.seed), i)
-        results[name] = evaluate_variant(config, method, params, variant, key)
-        if results[name]["applicable"]:
-            print(f"{config.experiment} seed {config.seed} {name}: score "
-                  f"{results[name]['score']:.3f}, arms used {results[name]['arms_used']:.1f} "
-                  f"({time.perf_counter() - start:.0f}s)")
-    summary = dict(experiment=config.experiment, method=config.method, env=config.env.name,
-                   label=method.label(config), seed=config.seed, checkpoint_step=checkpoint_step,
-                   variants=results)
-    if not is_main_process():
-        return summary
-    with open(os.path.join(config.workdir, "variants.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    return summary
-
-
-def evaluated_at(workdir: str, num_steps: int) -> bool:
-    """Whether `workdir/variants.json` holds an evaluation of the checkpoint at `num_steps`
-    (so raising `train.num_steps` resumes training and re-evaluates instead of reusing it)."""
-    path = os.path.join(workdir, "variants.json")
-    if not os.path.exists(path):
-        return False
-    with open(path) as f:
-        return json.load(f).get("checkpoint_step") == num_steps
-
-
 def seed_config(config, seed: int):
     """The config of training seed `seed`: its own work directory, the shared dataset."""
     seeded = ml_collections.ConfigDict(config.to_dict())
@@ -418,62 +335,64 @@ def seed_config(config, seed: int):
     return seeded
 
 
-def run_seeds(config) -> list[str]:
-    """Train `config.report.num_seeds` seeds (resuming; the dataset is made once, shared) and
-    evaluate each on all variants unless done; returns the seeds' work directories."""
+def train_seeds(config, evaluate_seed=None, evaluated=None) -> list[str]:
+    """Train `config.report.num_seeds` seeds (resuming; the dataset is made once and shared), each
+    in `<workdir>/seed_<i>`; `evaluate_seed(seeded)` evaluates a seed after training (default:
+    `evaluate`) unless `evaluated(workdir, num_steps)` says it is done. Returns the seeds' work
+    directories."""
     generate(config, build_env(config))
     workdirs = []
     for seed in range(int(config.report.num_seeds)):
         seeded = seed_config(config, seed)
         os.makedirs(seeded.workdir, exist_ok=True)
-        if not evaluated_at(seeded.workdir, int(config.train.num_steps)):
+        done = (evaluated or _evaluated_at)(seeded.workdir, int(config.train.num_steps))
+        if not done:
             train(seeded)  # resumes; a no-op when the checkpoint is already at num_steps
-            evaluate_variants(seeded)
+            (evaluate_seed or evaluate)(seeded)
         workdirs.append(seeded.workdir)
     return workdirs
 
 
+def _evaluated_at(workdir: str, num_steps: int) -> bool:
+    """Whether `workdir/eval.json` holds the evaluation of the checkpoint at `num_steps`."""
+    path = os.path.join(workdir, "eval.json")
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return json.load(f).get("step") == num_steps
+
+
 def report(config) -> dict[str, str]:
-    """Train and evaluate every seed, then write Table 1 and the figures to `<workdir>/report`;
-    a config with a `grid` section reports a grid of masking regimes instead (Uni[MASK]'s
-    heatmaps, `masking_grid.py`), one with `columns` a table of config variants x seeds
-    (GPT-DTMA's tables, `column_table.py`)."""
-    if config.get("grid") is not None:
-        from icrl_jax.papers.unimask.grid import run_grid
-        env = build_env(config)
-        return run_grid(config, dataset_of(config, env), env)
-    if config.get("columns") is not None:
-        from icrl_jax.reports.columns import run_columns
-        return run_columns(config)
-    from icrl_jax.papers.headless_ad.table1 import write_report
-    return write_report([config.workdir] if run_seeds(config) else [],
-                        os.path.join(config.workdir, "report"))
+    """`icrl-jax report --config`: the report registered as `config.report.kind` (`REPORTS`)."""
+    return REPORTS.get(config.report.kind)(config)
+
+
+def aggregate_runs(paths: list[str], out: str) -> dict[str, str]:
+    """`icrl-jax report --runs DIR ... --out DIR`: combine finished runs with the aggregator of
+    their `report.kind` (read from each run's `config.json`; all runs must share it)."""
+    kinds = {}
+    for path in paths:
+        workdir = os.path.dirname(path) if path.endswith(".json") else path
+        config_path = os.path.join(workdir, "config.json")
+        if not os.path.isfile(config_path):
+            raise UserError(f"report --runs {path}: no config.json there; give work directories "
+                            f"of finished runs")
+        with open(config_path) as f:
+            saved = json.load(f)
+        kinds.setdefault((saved.get("report") or {}).get("kind", "seeds"), []).append(path)
+    if len(kinds) != 1:
+        listing = "; ".join(f"{kind}: {', '.join(p)}" for kind, p in sorted(kinds.items()))
+        raise UserError(f"report --runs: runs of different report kinds cannot share a table "
+                        f"({listing})")
+    (kind, _), = kinds.items()
+    return REPORTS.get(f"runs:{kind}")(paths, out)
 
 
 def run(config, command: str):
     """The CLI's `icrl-jax <command> --config ...` on a resolved config."""
-    if command in COMMANDS and (command == "pretrain-lm") != (config.get("lm") is not None):
-        raise UserError("pretrain-lm takes a language-model config (with an `lm` section, e.g. "
-                        "experiments/gpt_dtma/lm.py), and only it takes one")
-    if command == "generate":  # with several processes: each its share, or process 0 all
-        env = build_env(config)
-        rows = process_share(config, env)
-        if rows is None and not is_main_process():
-            return None
-        return generate(config, env, force=True, rows=rows)
-    if command == "train":
-        return train(config)
-    if command == "evaluate":
-        return evaluate(config)
-    if command == "report":
-        return report(config)
-    if command == "sweep":
-        from icrl_jax.tools import sweep
-        return sweep.run_sweep(config)
-    if command == "pretrain-lm":
-        from icrl_jax.papers.gpt_dtma.lm_pretrain import pretrain
-        return pretrain(config)
-    if command == "pretrain-vq":
-        env = build_env(config)
-        return pretrain_vq(config, env, dataset_of(config, env))
-    raise UserError(f"unknown command {command!r}; one of {' | '.join(COMMANDS)}")
+    for other in COMMANDS.names():  # a command's own kind of config goes to it alone
+        section = COMMANDS.get(other).config_section
+        if section and (command == other) != (config.get(section) is not None):
+            raise UserError(f"{other} takes a config with a `{section}` section, and only it "
+                            f"takes one")
+    return COMMANDS.get(command).run(config)

@@ -33,15 +33,14 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from icrl_jax.core.checkpoints import Checkpointer, CheckpointMismatchError  # noqa: F401 (re-export)
-from icrl_jax.core.config import default_train_config  # noqa: F401 (re-export)
+from icrl_jax.core.config import TRACED_HYPERPARAMETERS, default_train_config  # noqa: F401
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.logging_utils import MetricsLogger, progress
-from icrl_jax.tools.search_space import VMAPPED
 
 #: Hyperparameters that never change a shape: traced in replica training, hence vmappable.
-REPLICA_HYPERPARAMETERS = VMAPPED
+REPLICA_HYPERPARAMETERS = TRACED_HYPERPARAMETERS
 
 
 class TrainingDivergedError(UserError):

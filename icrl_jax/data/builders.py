@@ -7,8 +7,6 @@ when it exists, unless forced) and opens it as what a method's `training_data` r
 
 * "histories": learning histories of `data.source` on the training tasks: on device for JAX envs
   (`histories.npz`), through the bridge into a pixel store for host simulators.
-* "vizdoom_expert": episodes of the privileged ViZDoom expert with per-env action noise,
-  recorded into a pixel trajectory store shared by every method of a scenario and preset.
 * "minari": offline episodes in a Minari dataset (`Minari`): generated from `data.source` on
   device, or an existing dataset opened by `data.dataset_id` under `data.minari_root`.
 * "locomotion": D4RL-style `medium`, `medium-replay` and `medium-expert` Minari datasets of a
@@ -23,7 +21,6 @@ import os
 import shutil
 import time
 from types import SimpleNamespace
-from typing import Any
 
 import jax
 import numpy as np
@@ -34,7 +31,8 @@ from icrl_jax.data.history import load_history, save_history
 from icrl_jax.data.pixel_store import PixelStore, PixelStoreWriter
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.data.sources import build_source
-from icrl_jax.core.errors import UserError, unknown_name
+from icrl_jax.core.errors import UserError
+from icrl_jax.core.registry import Registry
 
 
 def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
@@ -153,39 +151,6 @@ class Histories(Builder):
         if env.host:
             return PixelStore(path)
         return load_history(path)[0]
-
-
-class ViZDoomExpert(Builder):
-    """ViZDoom expert episodes in a pixel trajectory store (`envs/host/vizdoom.py`).
-
-    The store's folder is named by everything the recording depends on (scenario, steps, envs,
-    noise range, steps per call, seed), so configs that record the same data share it and a
-    changed `data.noise` never reads another recording."""
-
-    def path(self, config, env) -> str:
-        data = config.data
-        noise = "-".join(f"{float(x):g}" for x in np.atleast_1d(data.noise))
-        name = (f"vizdoom_{env.scenario}_{int(data.num_steps)}steps_{int(data.num_envs)}envs_"
-                f"noise{noise}_call{int(data.steps_per_call)}_seed{int(config.seed)}")
-        return config.data.path or os.path.join("runs", "datasets", name)
-
-    def exists(self, path: str, env) -> bool:
-        return os.path.exists(os.path.join(path, "meta.json"))
-
-    def build(self, config, env, path: str) -> None:
-        from icrl_jax.envs.host import vizdoom as vd
-        if os.path.isdir(path):
-            shutil.rmtree(path)  # a store is only our own chunk files
-        info = vd.record_expert_dataset(
-            path, env.scenario, int(config.data.num_steps), num_envs=int(config.data.num_envs),
-            noise=tuple(config.data.noise), seed=int(config.seed),
-            steps_per_call=int(config.data.steps_per_call))
-        print(f"recorded {info['steps']} steps ({info['episodes']} episodes, "
-              f"{info['bytes'] / 2**30:.2f} GiB) in {info['generation_seconds']} s -> {path}")
-
-    def open(self, config, env, path: str):
-        from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
-        return PixelTrajectoryStore(path)
 
 
 class Minari(Builder):
@@ -468,15 +433,15 @@ def _cut_episodes(history, info) -> list[dict]:
     return episodes
 
 
-BUILDERS: dict[str, Any] = {"histories": Histories(), "vizdoom_expert": ViZDoomExpert(),
-                            "minari": Minari(), "locomotion": LocomotionData()}
+#: `data.builder` name -> `Builder`. A paper's own builders register here from its package.
+BUILDERS = Registry("data builder")
+BUILDERS.register("histories", Histories())
+BUILDERS.register("minari", Minari())
+BUILDERS.register("locomotion", LocomotionData())
 
 
 def builder_of(config):
-    name = config.data.get("builder", "histories")
-    if name not in BUILDERS:
-        raise unknown_name("data builder", name, BUILDERS)
-    return BUILDERS[name]
+    return BUILDERS.get(config.data.builder)
 
 
 def dataset_path(config, env) -> str:
@@ -545,3 +510,13 @@ def dataset_returns(dataset) -> np.ndarray | None:
     if isinstance(dataset, PixelStore):
         return None
     return np.concatenate(M.episode_returns_ragged(dataset.rewards, dataset.dones))
+
+
+def reference_scores(dataset) -> tuple[float, float] | None:
+    """The (random, expert) reference returns a dataset carries for D4RL-normalised scores (a
+    Minari dataset's `ref_min_score` / `ref_max_score`), None when it has none."""
+    from icrl_jax.data.minari_io import MinariEpisodes
+    if isinstance(dataset, MinariEpisodes) and None not in (dataset.ref_min_score,
+                                                            dataset.ref_max_score):
+        return float(dataset.ref_min_score), float(dataset.ref_max_score)
+    return None

@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from icrl_jax.data import sources
 from icrl_jax.data.history import History, HistoryFormatError
 from icrl_jax.data.train_data import window_at
 
@@ -137,15 +136,3 @@ def sample_listed_windows(data: tuple[Trajectories, jax.Array], key: jax.Array, 
                             episodes)
 
     return jax.vmap(window_of)(picks[:, 0], picks[:, 1])
-
-
-def noisy_expert(env, num_steps: int, eps_start: float = 1.0, eps_end: float = 0.0,
-                 decay_fraction: float = 1.0) -> sources.Source:
-    """Source acting like `env.expert_action` with prob 1 - eps, else uniformly at random.
-
-    eps decays linearly from `eps_start` to `eps_end` over `decay_fraction * num_steps` steps, so
-    one history holds episodes of every quality from random to expert: the spread of returns a
-    Decision Transformer needs to learn what a return-to-go means. State: int32 `()` step count.
-    """
-    return sources.noisy_oracle(env, num_steps, eps_start, eps_end, decay_fraction)._replace(
-        name="noisy_expert")

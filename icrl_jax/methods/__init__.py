@@ -1,46 +1,26 @@
-"""Methods: one file each, registered by name.
+"""Methods: tokens + model + loss + policy, registered by name (`config.method`).
 
-A method is tokens + model + loss + policy, plus the hooks shared code needs (see
-`methods.base.Method`). Each module in this package defines its classes with `@register`, and
-`method_class(name)` imports the package's modules on first use, so adding a method means writing
-one file here (and its experiment config); no shared module names it.
+A method is a `methods.base.Method` subclass decorated with `@register`. The shared methods (AD,
+DT) live in this package; a paper's own methods live in its package under `icrl_jax.papers` and
+register there. `method_class(name)` finds both (`core.registry`), so no shared module names a
+method.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from icrl_jax.core.registry import Registry
 
-from icrl_jax.core.errors import unknown_name
-
-_REGISTRY: dict[str, type] = {}
-
-
-def register(cls: type) -> type:
-    """Class decorator: make `cls` available as `config.method = cls.name`."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"method name {cls.name!r} is registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def _import_all() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
+METHODS = Registry("method", modules=("icrl_jax.methods.*",))
+register = METHODS.register
 
 
 def method_names() -> list[str]:
-    _import_all()
-    return sorted(_REGISTRY)
+    return METHODS.names()
 
 
 def method_class(name: str) -> type:
     """The registered method class `name` (an `UnknownNameError` naming the nearest otherwise)."""
-    if name not in _REGISTRY:
-        _import_all()
-    if name not in _REGISTRY:
-        raise unknown_name("method", name, _REGISTRY)
-    return _REGISTRY[name]
+    return METHODS.get(name)
 
 
 def build_method(config, env, model_config=None):

@@ -9,7 +9,7 @@ A method is registered with `@register` (see `methods/__init__.py`) and provides
   (step windows of learning histories, trajectory windows, or a loader over a pixel store);
 * `policies(params, env, config) -> {name: ParamSource}`: how the trained model acts, run by the
   one rollout driver (`data/histories.py`) on JAX envs and through the bridge on host envs;
-* hooks: `signature` (what a checkpoint must agree on), `eval_params` (per-evaluation parameters),
+* hooks: `prepare_config` (fields filled before the config is locked), `signature` (what a checkpoint must agree on), `eval_params` (per-evaluation parameters),
   `label` (its row name in reports), `trainable` (frozen parameters), `any_action_count`
   (whether it acts on action sets of any size), `write_analysis` (extra evaluation outputs such
   as attention maps).
@@ -37,6 +37,12 @@ class Method(abc.ABC):
     @abc.abstractmethod
     def from_config(cls, config, env, model_config) -> "Method":
         """The method for `env`, its model configured by `model_config`."""
+
+    @classmethod
+    def prepare_config(cls, config) -> None:
+        """Fill, in place and before the config is finalised, fields that depend on more than
+        the config file (e.g. a pretrained checkpoint's architecture). Default: nothing."""
+        del config
 
     @classmethod
     def signature(cls, config, env) -> dict[str, Any]:

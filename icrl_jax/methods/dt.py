@@ -24,19 +24,9 @@ Returns-to-go enter divided by `model.rtg_scale`, and multiplied by `model.retur
 baseline; it may be a traced per-replica value). Padding steps are masked out of attention and
 of the loss.
 
-GPT-DTMA's variants (Table 3's columns) are switches of this method:
-* `model.pretrained=DIR` (GPT-DT): the transformer blocks and final norm come from a Hugging Face
-  GPT-2 directory (`models/gpt2.py`; GPT-2 small, or `icrl-jax pretrain-lm`'s checkpoint); the
-  embeddings and the action head are new, as Reid et al. do. The model fields must match the LM's
-  architecture (a clear error names each field that does not). A CLIP text-encoder directory
-  works the same (CLIP-DT, labelled `clip_dt`; `models/pretrained.py`; it needs
-  `model.activation=quick_gelu`).
-* `model.mixture_of_attention` (DTMA, and GPT-DTMA with `pretrained`): MoA gates per layer
-  (`models/attention.py`); the loss logs `g_markov`, the gates' mean weight on the LM's Markov
-  heads (GPT-DTMA Definition 1, r = 20).
-* `model.markov_penalty=alpha` (GPT-DTMA-R): adds alpha * g_markov to the loss (paper Eq. 8).
-* `model.freeze_attention` (GPT-DT(part), Table 7): the LM's attention is not fine-tuned.
-Evaluation then writes `heads.json` / `head_importance.png` (`write_head_analysis`).
+Subclasses change the tokens (M-SAT, MAT: `papers/msat`) or the initialisation, attention and
+loss (GPT-DT and its MoA variants: `papers/gpt_dtma`) through the hooks `init`, `forward_for_loss`
+and `write_analysis`.
 
 Pixel states: uint8 image observations `(B, L, H, W, C)` are embedded by
 `models.encoders.CNNEncoder` (`model.cnn_channels`, `model.cnn_kernel`) after an optional
@@ -46,8 +36,6 @@ keep `ObservationEmbedding`.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Sequence
 
 import flax.linen as nn
@@ -56,12 +44,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from icrl_jax.core.config import dt_model_config  # noqa: F401 (re-export)
-from icrl_jax.papers.gpt_dtma.attention_maps import (context_attention, plot_attention_before_after,
-                                              self_attention, write_attention)
-from icrl_jax.papers.gpt_dtma.head_importance import (ablation_importance, gate_importance,
-                                               plot_head_importance)
-from icrl_jax.papers.gpt_dtma.markov_heads import markov_heads, markov_mask
+from icrl_jax.methods.dt_attention import context_attention, write_attention
+from icrl_jax.methods.fields import dt_model_config  # noqa: F401 (re-export)
 from icrl_jax.data.history import History
 from icrl_jax.data.minari_io import MinariEpisodes
 from icrl_jax.data.pixel_store import PrefetchLoader
@@ -69,13 +53,10 @@ from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
 from icrl_jax.data.train_data import TrainData, on_device
 from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, pad_for_windows,
                                         sample_trajectory_windows)
-from icrl_jax.core.errors import UserError
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
 from icrl_jax.methods.dt_rollout import return_conditioned_source
 from icrl_jax.models.encoders import CNNEncoder
-from icrl_jax.models.pretrained import (backbone_from_lm, cached_pretrained,
-                                        check_backbone_fits, pretrained_family)
 from icrl_jax.models.dt_tokens import (MultiActionTokens, ReturnEmbedding, SingleActionToken,
                                        interleave_step_tokens, step_attention_mask)
 from icrl_jax.models.tokens import ObservationEmbedding
@@ -187,15 +168,6 @@ class DTModel(nn.Module):
         return (out, attention) if return_attention else out
 
 
-def frozen_attention_labels(params) -> dict:
-    """GPT-DT(part)'s trainable mask: False for the backbone's attention sublayers (the
-    language model's qkv and output projections), True for everything else."""
-    def trainable(path, _):
-        keys = [getattr(p, "key", None) for p in path]
-        return not (keys[:1] == ["backbone"] and "attention" in keys)
-    return jax.tree_util.tree_map_with_path(trainable, params)
-
-
 def split_logits(logits: jax.Array, action_dims: Sequence[int]) -> list[jax.Array]:
     """`(..., sum(dims))` -> list of `(..., dims_i)`."""
     return jnp.split(logits, np.cumsum(action_dims)[:-1].tolist(), axis=-1)
@@ -216,6 +188,8 @@ class DecisionTransformer(Method):
 
     name = "dt"
     display_name = "DT"
+    #: The name in `label` (default: `name`).
+    label_name = ""
     multi_action_tokens = False
     state_in_action_tokens = True
 
@@ -227,24 +201,27 @@ class DecisionTransformer(Method):
 
     @classmethod
     def signature(cls, config, env) -> dict:
-        signature = dict(super().signature(config, env),
-                         timestep_encoding=config.model.timestep_encoding)
-        if config.model.get("pretrained"):  # same shapes as a DT from scratch: say which init
-            signature["pretrained"] = os.path.basename(os.path.normpath(config.model.pretrained))
-        return signature
+        return dict(super().signature(config, env),
+                    timestep_encoding=config.model.timestep_encoding)
 
     @classmethod
     def label(cls, config) -> str:
-        """The name with its variant marked: M-SAT's no-positional-encoding ablation
-        (`msat_nope`) and GPT-DTMA's columns (`gpt_dt`, `dtma`, `gpt_dtma`, `gpt_dtma_r`,
-        `gpt_dt_part`; `clip_dt`, `clip_dtma` for a CLIP text encoder)."""
-        model = config.model
-        pretrained = model.get("pretrained")
-        return ((pretrained_family(pretrained) + "_" if pretrained else "") + cls.name
-                + "ma" * bool(model.get("mixture_of_attention"))
-                + "_r" * bool(model.get("markov_penalty"))
-                + "_part" * bool(model.get("freeze_attention"))
-                + "_nope" * (model.timestep_encoding == "none"))
+        """The name with the no-positional-encoding ablation marked (e.g. `msat_nope`)."""
+        return cls.variant_prefix(config) + (cls.label_name or cls.name) + cls.variant_suffix(
+            config) + (
+            "_nope" * (config.model.timestep_encoding == "none"))
+
+    @classmethod
+    def variant_prefix(cls, config) -> str:
+        """What a subclass's label puts before the name (default: nothing)."""
+        del config
+        return ""
+
+    @classmethod
+    def variant_suffix(cls, config) -> str:
+        """What a subclass's label puts after the name, before `_nope` (default: nothing)."""
+        del config
+        return ""
 
     def training_data(self, dataset, config, env) -> TrainData:
         """Padded windows of whole episodes on device (from learning histories of fixed-length
@@ -284,80 +261,24 @@ class DecisionTransformer(Method):
                 for target in config.eval.target_returns}
 
     def write_analysis(self, params, final_states, config, env) -> dict:
-        """Attention maps (HTML + PNG) of env 0's last context at the highest target; for a
-        language-initialised or MoA model also the head analysis (`write_head_analysis`)."""
-        name = f"model@{float(max(config.eval.target_returns)):g}"
-        contexts = jax.tree.map(np.asarray, final_states[name].last_context)
+        """Attention maps (HTML + PNG) of env 0's last context at the highest target."""
+        contexts = self.last_contexts(final_states, config)
         context = jax.tree.map(lambda x: x[0], contexts)
         if not context.mask.any():
             return {}
         maps, labels = context_attention(self, params, context)
-        results = write_attention(config.workdir, maps, labels,
-                                  f"{config.experiment} ({self.label(config)}) env 0, {name}")
-        if self.pretrained or self.mixture:
-            results.update(self.write_head_analysis(params, contexts, config))
-        return results
+        return write_attention(config.workdir, maps, labels,
+                               f"{config.experiment} ({self.label(config)}) env 0, "
+                               f"{self.analysed_policy(config)}")
 
-    def write_head_analysis(self, params, contexts: Trajectories, config) -> dict:
-        """GPT-DTMA's head analysis on the evaluation rollouts' last contexts (`(N, K, ...)`,
-        the envs whose last step is valid): the ablation importance ||o - o_{-i}|| of every
-        head, the MoA gate importance and G_Markov, and the Markov heads of the fine-tuned
-        model next to the language model's. Writes `heads.json` and `head_importance.png`."""
-        contexts = jax.tree.map(lambda x: jnp.asarray(x[contexts.mask[:, -1]]), contexts)
-        if contexts.mask.shape[0] == 0:  # no env ended on a valid step: nothing to ablate
-            return {}
-        layers, heads = int(self.config.num_layers), int(self.config.num_heads)
-        importance = ablation_importance(
-            lambda scale: self.apply(params, contexts, head_scale=scale)[:, -1].astype(
-                jnp.float32), layers, heads)
-        finetuned = markov_mask(params["backbone"])
-        result = dict(label=self.label(config), envs=int(contexts.mask.shape[0]),
-                      ablation_importance=importance.round(5).tolist(),
-                      markov_heads_finetuned=finetuned.tolist())
-        if self.pretrained:
-            result["markov_heads_pretrained"] = self.markov.tolist()
-            result.update(self.write_attention_before_after(params, contexts, config))
-        if self.mixture:
-            _, gates = self.apply(params, contexts, return_gates=True)
-            gate = np.asarray(gate_importance(gates, self.token_weight(contexts.mask)))
-            result["gate_importance"] = gate.round(5).tolist()
-            if self.pretrained:
-                result["g_markov"] = round(float((gate * self.markov).sum()), 5)
-        with open(os.path.join(config.workdir, "heads.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        plot_head_importance(importance, self.markov if self.pretrained else finetuned,
-                             os.path.join(config.workdir, "head_importance.png"),
-                             f"{config.experiment} ({self.label(config)}): ||o - o_-i||")
-        return {k: result[k] for k in ("g_markov",) if k in result} | {
-            "heads_file": "heads.json"}
+    @staticmethod
+    def analysed_policy(config) -> str:
+        """The policy whose rollouts the analyses read: the highest target return's."""
+        return f"model@{float(max(config.eval.target_returns)):g}"
 
-    def write_attention_before_after(self, params, contexts: Trajectories, config) -> dict:
-        """GPT-DTMA's Fig. 4 on evaluation contexts `(N, K, ...)`: attention of the language
-        model's most and least Markov-like heads (largest and smallest R.2) before fine-tuning
-        (the LM's blocks with this model's freshly initialised embeddings, `config.seed`) and
-        after, on env 0's context (`attention/before_after.png`), and every head's mean
-        self-attention, the weight a token puts on itself, over all N (`(L, H)` lists)."""
-        initial = self.init(jax.random.key(int(config.seed)), jax.tree.map(lambda x: x[:1],
-                                                                          contexts))
-        heads = int(self.config.num_heads)
-        r2 = np.array([h["r2"] for h in markov_heads(initial["backbone"])])
-        chosen = [(int(i) // heads, int(i) % heads, caption) for i, caption in (
-            (np.argmax(r2), f"largest R.2 {r2.max():.2f}"),
-            (np.argmin(r2), f"smallest R.2 {r2.min():.2f}"))]
-        weight = self.token_weight(contexts.mask)
-        before = self_attention(self.apply(initial, contexts, return_attention=True)[1], weight)
-        after = self_attention(self.apply(params, contexts, return_attention=True)[1], weight)
-        context = jax.tree.map(lambda x: x[0], contexts)
-        maps_before, labels = context_attention(self, initial, context)
-        maps_after, _ = context_attention(self, params, context)
-        path = plot_attention_before_after(
-            maps_before, maps_after, chosen, labels,
-            os.path.join(config.workdir, "attention", "before_after.png"),
-            f"{config.experiment} ({self.label(config)}) env 0")
-        return dict(lm_r2=r2.reshape(-1, heads).tolist(),
-                    self_attention_before=before.round(4).tolist(),
-                    self_attention_after=after.round(4).tolist(),
-                    attention_before_after=os.path.relpath(path, config.workdir))
+    def last_contexts(self, final_states, config) -> Trajectories:
+        """The analysed policy's last context of every evaluation rollout, `(N, K, ...)`."""
+        return jax.tree.map(np.asarray, final_states[self.analysed_policy(config)].last_context)
 
     def __init__(self, model_config: ml_collections.ConfigDict, action_dims: Sequence[int],
                  context_len: int, num_observations: int | None = None, continuous_dim: int = 0):
@@ -388,26 +309,7 @@ class DecisionTransformer(Method):
         backbone = Transformer.from_config(
             model_config, position=position,
             max_len=max(int(model_config.max_len), self.context_len * per_step))
-        # GPT-DTMA's variants: language-model init, MoA, the Markov-head penalty, frozen heads.
-        self.pretrained = str(model_config.get("pretrained", "") or "")
-        self.mixture = bool(model_config.get("mixture_of_attention", False))
-        self.markov_penalty = model_config.get("markov_penalty", 0.0)
-        if isinstance(self.markov_penalty, (int, float)) and self.markov_penalty and not (
-                self.mixture and self.pretrained):
-            raise UserError("model.markov_penalty penalises the MoA gates of the language "
-                            "model's Markov heads: it needs model.mixture_of_attention=True and "
-                            "model.pretrained=<a GPT-2 or CLIP directory>")
-        if model_config.get("freeze_attention", False):
-            if not self.pretrained:
-                raise UserError("model.freeze_attention keeps the language model's attention "
-                                "(GPT-DT(part)): it needs model.pretrained=<a GPT-2 or CLIP "
-                                "directory>")
-            self.trainable = frozen_attention_labels
-        if self.pretrained:
-            stack, stack_params = cached_pretrained(self.pretrained)  # GPT-2 or CLIP text
-            check_backbone_fits(stack, int(model_config.d_model), backbone, self.pretrained)
-            self.lm_params = stack_params  # the LM's block stack, in our Transformer layout
-            self.markov = markov_mask(stack_params)
+        self.backbone = backbone
         self.model = DTModel(model_config.d_model, backbone, self.action_dims, num_observations,
                              int(continuous_dim), self.multi_action_tokens,
                              self.state_in_action_tokens, encoding,
@@ -424,7 +326,7 @@ class DecisionTransformer(Method):
               key: jax.Array | None = None, return_attention: bool = False,
               head_scale: jax.Array | None = None, return_gates: bool = False):
         """Model outputs for a batch of windows (see `DTModel.__call__`); with `return_gates`
-        (MoA models) also the gates `(layers, B, L*P, H)`."""
+        (a backbone with Mixture-of-Attention gates) also the gates `(layers, B, L*P, H)`."""
         rngs = {"dropout": key} if key is not None else {}
         returns = batch.returns_to_go / self.rtg_scale * self.return_conditioned
         out = self.model.apply({"params": params}, returns,
@@ -445,31 +347,27 @@ class DecisionTransformer(Method):
         return jnp.repeat(step_mask, self.tokens_per_step, axis=1).astype(jnp.float32)
 
     def init(self, key: jax.Array, example: Trajectories):
-        params = self.model.init({"params": key}, example.returns_to_go, example.observations,
-                                 example.actions, example.timesteps, example.mask)["params"]
-        if self.pretrained:  # GPT-/CLIP-DT: the LM's blocks, this model's embeddings and heads
-            params = dict(params, backbone=backbone_from_lm(params["backbone"], self.lm_params,
-                                                            self.pretrained))
-        return params
+        return self.model.init({"params": key}, example.returns_to_go, example.observations,
+                               example.actions, example.timesteps, example.mask)["params"]
+
+    def forward_for_loss(self, params, batch: Trajectories, deterministic: bool, key):
+        """(outputs, extra metrics, penalty) of a training batch: a subclass may log more and
+        add a scalar penalty to the loss. Default: the outputs alone, no penalty."""
+        return self.apply(params, batch, deterministic, key), {}, 0.0
 
     def loss(self, params, batch: Trajectories, key: jax.Array, deterministic: bool = False):
         """Masked mean over valid steps of the summed component cross entropies (or MSE).
 
         Returns (loss, metrics); `accuracy` is the fraction of valid steps whose every
         component's argmax is right (for continuous actions: 1 - MSE, a progress readout)."""
-        extra = {}
-        if self.mixture:
-            out, gates = self.apply(params, batch, deterministic, key, return_gates=True)
-            extra = self.gate_metrics(gates, batch.mask)
-        else:
-            out = self.apply(params, batch, deterministic, key)
+        out, extra, penalty = self.forward_for_loss(params, batch, deterministic, key)
         out = out.astype(jnp.float32)  # bf16 runs
         weight = batch.mask.astype(jnp.float32)
         count = jnp.maximum(weight.sum(), 1.0)
         if not self.action_dims:
             per_step = ((out - batch.actions) ** 2).mean(-1)
             action_loss = (per_step * weight).sum() / count
-            loss = action_loss + extra.get("markov_penalty", 0.0)
+            loss = action_loss + penalty
             return loss, {"loss": loss, "action_loss": action_loss, "accuracy": 1.0 - action_loss,
                           **extra}
         per_step, correct = 0.0, True
@@ -479,18 +377,9 @@ class DecisionTransformer(Method):
             per_step = per_step - jnp.take_along_axis(log_probs, target[..., None], -1)[..., 0]
             correct = correct & (jnp.argmax(logits, -1) == target)
         action_loss = (per_step * weight).sum() / count
-        loss = action_loss + extra.get("markov_penalty", 0.0)
+        loss = action_loss + penalty
         accuracy = (correct * weight).sum() / count
         return loss, {"loss": loss, "action_loss": action_loss, "accuracy": accuracy, **extra}
-
-    def gate_metrics(self, gates: jax.Array, step_mask: jax.Array) -> dict[str, jax.Array]:
-        """MoA readouts of a batch: G_Markov (the summed mean gates of the language model's
-        Markov heads) and GPT-DTMA-R's penalty, alpha * G_Markov (paper Eq. 8)."""
-        if not self.pretrained:
-            return {}
-        importance = gate_importance(gates, self.token_weight(step_mask))
-        g_markov = (importance * jnp.asarray(self.markov, jnp.float32)).sum()
-        return {"g_markov": g_markov, "markov_penalty": self.markov_penalty * g_markov}
 
     def choose_action(self, params, context: Trajectories, key: jax.Array,
                       greedy: bool | jax.Array) -> jax.Array:

@@ -1,0 +1,1 @@
+"""Reports shared by several papers: seeds side by side, tables of config columns."""

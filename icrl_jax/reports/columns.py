@@ -22,17 +22,19 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from icrl_jax.core import run as R
 from icrl_jax.core.config import set_dotted
 from icrl_jax.core.errors import UserError
+from icrl_jax.core.metrics import seed_mean_sem
+from icrl_jax.core.plots import plot_curves
+from icrl_jax.core.registry import REPORTS
+from icrl_jax.methods import method_class
 
 
 def column_config(config, column: str, seed: int) -> ml_collections.ConfigDict:
     """The config of one column's seed: its overrides, seed and work directory, the shared
     dataset."""
-    from icrl_jax.models.pretrained import adopt_pretrained_architecture
-    from icrl_jax.core.run import seed_config
-
-    seeded = seed_config(config, seed)
+    seeded = R.seed_config(config, seed)
     seeded.unlock()
     for dotted, value in config.columns[column]:
         for field in _report_fields(value):
@@ -42,7 +44,7 @@ def column_config(config, column: str, seed: int) -> ml_collections.ConfigDict:
                                 "(e.g. the hf/ folder that `icrl-jax pretrain-lm` writes)")
             value = value.replace("{" + field + "}", str(config.report[field]))
         set_dotted(seeded, dotted, value)
-    adopt_pretrained_architecture(seeded.model)
+    method_class(seeded.method).prepare_config(seeded)  # e.g. a column's LM's shape
     seeded.workdir = os.path.join(config.workdir, column, f"seed_{seed}")
     seeded.run.evaluate = True
     seeded.lock()
@@ -67,15 +69,13 @@ def _cell(values: list[float]) -> dict[str, Any]:
     values = [v for v in values if v is not None]
     if not values:
         return dict(mean=None, sem=None, seeds=[])
-    sem = float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
-    return dict(mean=float(np.mean(values)), sem=sem, seeds=[float(v) for v in values])
+    mean, sem = seed_mean_sem(values)
+    return dict(mean=float(mean), sem=float(sem), seeds=[float(v) for v in values])
 
 
 def run_columns(config) -> dict[str, str]:
     """Train and evaluate every column's seeds (resuming), then write the table."""
-    from icrl_jax.core.run import build_env, generate, train
-
-    generate(config, build_env(config))
+    R.generate(config, R.build_env(config))
     target = f"model@{float(max(config.eval.target_returns)):g}"
     metrics = list(config.report.metrics)
     rows: dict[str, dict[str, Any]] = {}
@@ -91,7 +91,7 @@ def run_columns(config) -> dict[str, str]:
             os.makedirs(seeded.workdir, exist_ok=True)
             result_path = os.path.join(seeded.workdir, "eval.json")
             if not os.path.exists(result_path):
-                train(seeded)
+                R.train(seeded)
             with open(result_path) as f:
                 result = json.load(f)
             for metric in metrics:
@@ -134,7 +134,6 @@ def _plot_training_curves(curves: dict[str, list[list[float]]], path: str, *, yl
                           every: int, title: str) -> str:
     """The M-SAT paper's Fig. 3: each column's metric after each evaluation during training,
     mean and standard error over seeds (seeds with fewer evaluations padded with NaN)."""
-    from icrl_jax.core.plots import plot_curves
     arrays = {}
     for column, seeds in curves.items():
         width = max(len(c) for c in seeds)
@@ -154,3 +153,6 @@ def format_table(table: dict[str, Any], metrics: list[str]) -> str:
                    f"{cells[m]['mean']:.3g} ± {cells[m]['sem']:.2g}") for m in show]
         lines.append(f"| {column} | " + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"
+
+
+REPORTS.register("columns", run_columns)

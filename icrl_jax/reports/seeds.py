@@ -28,10 +28,12 @@ matplotlib.use("Agg")  # headless: CI and remote machines have no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from icrl_jax.core import run as R  # noqa: E402
+from icrl_jax.core.config import saved_config  # noqa: E402
 from icrl_jax.core.errors import UserError  # noqa: E402
+from icrl_jax.core.registry import REPORTS  # noqa: E402
 from icrl_jax.methods import method_class  # noqa: E402
-from icrl_jax.core.metrics import mean_and_stderr  # noqa: E402
-from icrl_jax.papers.headless_ad.table1 import run_config  # noqa: E402
+from icrl_jax.core.metrics import seed_mean_sem  # noqa: E402
 
 BASELINES = ("source", "random")
 #: eval.json scalars reported per seed, in table order (those every run of a group has).
@@ -57,7 +59,7 @@ def load_seed_runs(paths: list[str]) -> list[dict]:
                             f"directories of `icrl-jax train` that finished their evaluation")
         with open(os.path.join(path, "eval.json")) as f:
             result = json.load(f)
-        config = run_config(path)
+        config = saved_config(path)
         label, env = method_class(config.method).label(config), config.env.name
         runs.append(dict(result, env=env, group=f"{env}: {label}", seed=config.seed,
                          path=path))
@@ -93,9 +95,9 @@ def summarise_seeds(runs: list[dict]) -> dict:
         for key, _ in SCORES:
             values = [m.get(key) for m in members]
             if all(isinstance(v, (int, float)) for v in values):
-                mean, sem = mean_and_stderr(values, ddof=1)
+                mean, sem = seed_mean_sem(values)
                 scores[key] = dict(mean=float(mean), sem=float(sem), per_seed=values)
-        mean, sem = mean_and_stderr([m["curves"]["model"][:length] for m in members], ddof=1)
+        mean, sem = seed_mean_sem([m["curves"]["model"][:length] for m in members])
         summary["groups"][group] = dict(
             env=members[0]["env"], seeds=[m["seed"] for m in members],
             runs=[m["path"] for m in members], scores=scores,
@@ -167,3 +169,14 @@ def write_seed_report(paths: list[str], out: str) -> dict[str, str]:
     plot_seed_curves(summary, written["curves"], bandit=bandit)
     print(text)
     return written
+
+
+def report_seeds(config) -> dict[str, str]:
+    """The default report (`report.kind="seeds"`): `report.num_seeds` seeds trained and
+    evaluated (resuming, on one shared dataset), then their table and curves in
+    `<workdir>/report`."""
+    return write_seed_report(R.train_seeds(config), os.path.join(config.workdir, "report"))
+
+
+REPORTS.register("seeds", report_seeds)
+REPORTS.register("runs:seeds", write_seed_report)

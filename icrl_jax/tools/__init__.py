@@ -1,0 +1,1 @@
+"""Tools over runs: random hyperparameter search and EMP."""

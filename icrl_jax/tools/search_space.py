@@ -2,7 +2,7 @@
 
 `config.sweep.space` is a nested mirror of the config: `space.train.learning_rate =
 dict(log_uniform=(1e-4, 1e-2))`, `dict(uniform=(lo, hi))` or `dict(choice=[...])`. The search
-itself (sampling, training the replicas, EMP) is `icrl_jax/sweep.py`.
+itself (sampling, training the replicas, EMP) is `tools/sweep.py`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from typing import Any
 
 import ml_collections
 
+from icrl_jax.core.config import TRACED_HYPERPARAMETERS
+
 #: Hyperparameters that never change a shape: traced, hence shared by one program and vmapped.
-VMAPPED = ("train.learning_rate", "train.weight_decay", "model.embedding_dropout",
-           "model.residual_dropout", "model.label_smoothing")
+VMAPPED = TRACED_HYPERPARAMETERS
 DISTRIBUTIONS = ("uniform", "log_uniform", "choice")
 
 
@@ -45,30 +46,6 @@ def nested_space(space: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """{dotted key: spec} -> the nested dict stored as `sweep.space`; `flatten_space` inverts
     it."""
     return unflatten({dotted: dict(spec) for dotted, spec in space.items()})
-
-
-def table2_space(ngram: bool) -> dict[str, dict[str, Any]]:
-    """The paper's Table 2(a) (grid environments); n-gram keys only for the n-gram model.
-
-    `subsample` k keeps every k-th episode of each learning history (`data.subsample`, see
-    `dataset.subsample_episodes`); with 200-episode histories k = 50 leaves 4 episodes, 200 steps,
-    the longest context.
-    """
-    space = {
-        "data.subsample": dict(choice=[4, 8, 10, 20, 50]),
-        "model.embedding_dropout": dict(uniform=(0.0, 0.9)),
-        "model.residual_dropout": dict(uniform=(0.0, 0.5)),
-        "model.label_smoothing": dict(uniform=(0.0, 0.8)),
-        "train.learning_rate": dict(log_uniform=(1e-4, 1e-2)),
-        "train.weight_decay": dict(log_uniform=(1e-7, 2e-2)),
-        "train.seq_len": dict(choice=[60, 100, 160, 200]),
-        "model.pre_norm": dict(choice=[True, False]),
-        "model.normalize_qk": dict(choice=[True, False]),
-    }
-    if ngram:
-        space["model.ngram_positions"] = dict(choice=[(1,), (2,), (1, 2)])
-        space["model.ngram_max"] = dict(choice=[1, 2])
-    return space
 
 
 def vmappable_space(space: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -45,8 +45,7 @@ from icrl_jax.data.train_data import TrainData
 from icrl_jax.core.errors import UserError
 from icrl_jax.methods import build_method
 from icrl_jax.tools.search_space import (DISTRIBUTIONS, VMAPPED, add_sweep_fields,  # noqa: F401
-                                   flatten_space, nested_space, table2_space, unflatten,
-                                   vmappable_space)
+                                         flatten_space, nested_space, unflatten, vmappable_space)
 
 def sample_assignment(space: dict[str, dict], seed: int, index: int) -> dict[str, Any]:
     """Assignment `index`: one value per key, from its own generator `(seed, index)`."""
@@ -69,12 +68,19 @@ def group_key(assignment: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in sorted(assignment.items()) if k not in VMAPPED})
 
 
+def _dotted_value(config, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
 def assignment_config(config: ml_collections.ConfigDict, assignment: dict[str, Any],
                       ) -> ml_collections.ConfigDict:
     """The base config with `assignment` applied (locked, derived fields filled)."""
     out = ml_collections.ConfigDict(config.to_dict())
     for dotted, value in assignment.items():
-        if dotted.endswith("ngram_positions"):
+        if isinstance(_dotted_value(out, dotted), tuple):  # JSON choices come back as lists
             value = tuple(value)
         set_dotted(out, dotted, value)
     out.lock()
@@ -179,7 +185,7 @@ def _rollout_scores(config, env, policies, test_ids) -> dict[str, float]:
     rollouts = run_policies(env, policies, env.task_params(test_ids), int(config.eval.num_steps),
                             jax.random.PRNGKey(config.eval.seed),
                             chunk_size=config.eval.chunk_size or None)
-    results, curves = M.summarise(env.kind, rollouts, int(config.eval.num_steps),
+    results, curves = M.summarise(env.scoring, rollouts, int(config.eval.num_steps),
                                   int(config.eval.final_window), env.goal_terminates)
     return dict(results, **{f"{name}_curve": M.mean_curve(c) for name, c in curves.items()})
 
@@ -212,7 +218,7 @@ def evaluate_params(config, env, method, params, test_ids, baselines) -> dict[st
     """In-context scores of one assignment's parameters on the held-out tasks."""
     results = _rollout_scores(config, env, method.policies(params, env, config), test_ids)
     model = {k: v for k, v in results.items() if k.startswith("model_")}
-    key = "last_episode_return" if env.kind != envs.BANDIT else "final_regret"
+    key = "final_regret" if env.scoring == envs.REGRET else "last_episode_return"
     with np.errstate(invalid="ignore", divide="ignore"):  # source == random: NaN, not a warning
         model["normalised_score"] = float(M.normalised_score(
             model[f"model_{key}"], baselines[f"random_{key}"], baselines[f"source_{key}"]))

@@ -23,7 +23,8 @@ from typing import Any, Callable, NamedTuple
 import flax.struct
 import jax
 
-from icrl_jax.core.errors import UserError, unknown_name
+from icrl_jax.core.errors import UserError
+from icrl_jax.core.registry import Registry
 
 
 @flax.struct.dataclass
@@ -77,7 +78,7 @@ class ParamSource(NamedTuple):
 from icrl_jax.data.sources.episode_replay import episode_replay  # noqa: E402
 from icrl_jax.data.sources.grid_explorer import grid_explorer  # noqa: E402
 from icrl_jax.data.sources.linucb import linucb  # noqa: E402
-from icrl_jax.data.sources.noisy_oracle import grid_oracle_action, noisy_oracle  # noqa: E402
+from icrl_jax.data.sources.noisy_oracle import grid_oracle_action, noisy_expert, noisy_oracle  # noqa: E402
 from icrl_jax.data.sources.noisy_rational import noisy_rational  # noqa: E402
 from icrl_jax.data.sources.q_learning import q_learning  # noqa: E402
 from icrl_jax.data.sources.thompson import BETA_SAMPLERS, sample_beta, thompson_sampling  # noqa: E402
@@ -87,16 +88,10 @@ from icrl_jax.data.sources.ppo import ppo_policy, ppo_source, train_ppo  # noqa:
 
 
 
-def _noisy_expert(env, num_steps, **kwargs):
-    from icrl_jax.data.trajectories import noisy_expert
-    if not env.has_oracle:
-        raise UserError(f"source noisy_expert needs an env with a privileged expert; "
-                        f"{type(env).__name__} has none")
-    return noisy_expert(env, num_steps=num_steps, **kwargs)
-
-
-#: Source name -> `builder(env, num_steps, kwargs)`; `num_steps` is the history length.
-SOURCES: dict[str, Callable[..., Source]] = {
+#: Source name -> `builder(env, num_steps, kwargs)`; `num_steps` is the history length. A
+#: paper's own sources register here from its package.
+SOURCES = Registry("source")
+for _name, _builder in {
     "thompson_sampling": lambda env, num_steps, kw: thompson_sampling(**kw),
     # d from the env's float observations (a contextual bandit, or a Bernoulli one with context)
     "linucb": lambda env, num_steps, kw: linucb(
@@ -109,12 +104,13 @@ SOURCES: dict[str, Callable[..., Source]] = {
     "grid_explorer": lambda env, num_steps, kw: grid_explorer(env, **kw),
     "uniform_random": lambda env, num_steps, kw: uniform_random(
         **kw, action_dim=env.action_dim if env.continuous_actions else 0),
-    "noisy_expert": lambda env, num_steps, kw: _noisy_expert(env, num_steps, **kw),
+    "noisy_expert": lambda env, num_steps, kw: noisy_expert(env, num_steps, **kw),
     "waypoint": lambda env, num_steps, kw: waypoint_controller(env, **kw),
     "noisy_rational": lambda env, num_steps, kw: noisy_rational(env, **kw),
     # trains PPO on device first (data/sources/ppo.py), then acts with the trained policy
     "ppo": lambda env, num_steps, kw: ppo_source(env, **kw),
-}
+}.items():
+    SOURCES.register(_name, _builder)
 
 
 def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
@@ -122,14 +118,13 @@ def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
     source is the env's own privileged oracle (a bridge `HostPolicy`), whatever the name."""
     if env.host:
         return env.oracle(num_steps, **dict(kwargs))
-    if name not in SOURCES:
-        raise unknown_name("source", name, SOURCES)
+    builder = SOURCES.get(name)
     try:
-        return SOURCES[name](env, num_steps, dict(kwargs))
+        return builder(env, num_steps, dict(kwargs))
     except TypeError as e:
         raise UserError(f"bad data.source_kwargs for source {name!r}: {e}") from e
 
 
 __all__ = ["SOURCES", "build_source", "Source", "ParamSource", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
            "q_learning", "noisy_oracle", "episode_replay", "grid_explorer", "grid_oracle_action", "uniform_random",
-           "masked_uniform_action", "waypoint_controller", "train_ppo", "ppo_policy", "ppo_source"]
+           "masked_uniform_action", "noisy_expert", "waypoint_controller", "train_ppo", "ppo_policy", "ppo_source"]

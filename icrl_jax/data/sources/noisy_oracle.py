@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from icrl_jax.core.errors import UserError
 from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import first_argmax, uniform_pick
 
@@ -87,3 +88,18 @@ def noisy_oracle(env, num_steps: int, eps_start: float = 1.0, eps_end: float = 0
         return t + 1
 
     return sources.Source(init, act, update, name="noisy_oracle")
+
+
+def noisy_expert(env, num_steps: int, eps_start: float = 1.0, eps_end: float = 0.0,
+                 decay_fraction: float = 1.0) -> "sources.Source":
+    """Source acting like `env.expert_action` with prob 1 - eps, else uniformly at random.
+
+    eps decays linearly from `eps_start` to `eps_end` over `decay_fraction * num_steps` steps, so
+    one history holds episodes of every quality from random to expert: the spread of returns a
+    Decision Transformer needs to learn what a return-to-go means. State: int32 `()` step count.
+    """
+    if not env.has_oracle:
+        raise UserError(f"source noisy_expert needs an env with a privileged expert; "
+                        f"{type(env).__name__} has none")
+    return noisy_oracle(env, num_steps, eps_start, eps_end, decay_fraction)._replace(
+        name="noisy_expert")

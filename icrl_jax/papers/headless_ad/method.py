@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from icrl_jax.core.config import add_headless_fields, default_headless_config  # noqa: F401 (re-export)
+from icrl_jax.papers.headless_ad.fields import add_headless_fields, default_headless_config  # noqa: F401
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.methods import register
 from icrl_jax.methods.ad import AD, grid_size_of

@@ -1,7 +1,7 @@
 """Turn a set of runs into the Headless-AD paper's Table 1 (markdown) and figures (PNG).
 
-A run is a work directory holding `variants.json` (from `pipeline.evaluate_variants`), either
-directly or in `seed_*/` subdirectories; every seed is one sample for the mean +- std. Rows are
+A run is a work directory holding `variants.json` (from `variants.evaluate_variants`), either
+directly or in `seed_*/` subdirectories; every seed is one sample for the mean ± s.e.m. Rows are
 run labels (the method plus its ablation switches), so runs of the same setting on different
 environments (a bandit run and a darkroom run) fill one row.
 
@@ -23,7 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from icrl_jax.core.config import saved_config  # noqa: E402
 from icrl_jax.core.errors import UserError  # noqa: E402
+from icrl_jax.core.metrics import format_mean_sem  # noqa: E402
 from icrl_jax.methods import method_class  # noqa: E402
 
 TABLE_ARMS = (20, 30, 40, 50)
@@ -59,16 +61,8 @@ def variants_files(path: str) -> list[str]:
                   glob.glob(os.path.join(path, "seed_*", "variants.json")))
 
 
-def run_config(workdir: str):
-    """The resolved config a run wrote (`workdir/config.json`), as a ConfigDict."""
-    import ml_collections
-
-    with open(os.path.join(workdir, "config.json")) as f:
-        return ml_collections.ConfigDict(json.load(f))
-
-
 def _label_from_config_json(workdir: str) -> str:
-    config = run_config(workdir)
+    config = saved_config(workdir)
     return method_class(config.method).label(config)
 
 
@@ -97,10 +91,7 @@ def collect(runs: list[dict]) -> dict:
 
 
 def _fmt(values) -> str:
-    values = np.asarray(values, np.float64)
-    if values.size == 0:
-        return "-"
-    return f"{values.mean():.2f} ± {values.std():.2f}" if values.size > 1 else f"{values[0]:.2f}"
+    return format_mean_sem(values)
 
 
 def _seed_means(per_variant: dict, which: int, names=None) -> list[float]:
@@ -209,21 +200,11 @@ def plot_darkroom_success(collected: dict, path: str) -> str | None:
 
 
 def write_report(paths: list[str], out: str) -> dict[str, str]:
-    """Load the runs under `paths`, write `out/table1.md` and the PNGs; returns written paths.
-    Runs that are Uni[MASK] grids (`heatmap.json`) make its data-size figure instead, and plain
-    training runs (`eval.json`, no `variants.json`) a table and plot of their seeds
-    (`seed_report.py`)."""
-    from icrl_jax.reports.seeds import is_seed_run, write_seed_report
-    if paths and all(is_seed_run(p) and not variants_files(p) for p in paths):
-        return write_seed_report(paths, out)
-    heatmaps = [p if p.endswith(".json") else os.path.join(p, "heatmap.json") for p in paths]
-    if heatmaps and all(h.endswith("heatmap.json") and os.path.isfile(h) for h in heatmaps):
-        from icrl_jax.papers.unimask.grid import data_size_report
-        return data_size_report(paths, out)
+    """Load the runs under `paths`, write `out/table1.md` and the PNGs; returns written paths."""
     collected = collect(load_runs(paths))
     os.makedirs(out, exist_ok=True)
     written = {}
-    text = ("# Headless-AD: Table 1 analogue\n\nMean ± std over seeds; bandit scores are "
+    text = ("# Headless-AD: Table 1 analogue\n\nMean ± s.e.m. over seeds; bandit scores are "
             "normalised (random 0, source 1), darkroom scores are success rates; scores and "
             "arms used are averaged over each environment's evaluation variants.\n\n"
             + table1(collected) + "\n\n## Per variant\n" + variant_table(collected) + "\n")

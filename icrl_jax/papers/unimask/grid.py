@@ -36,12 +36,15 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from icrl_jax.core import run as R
 from icrl_jax.core import train as T
 from icrl_jax.data.builders import task_split
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.sources import build_source
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.logging_utils import progress
+from icrl_jax.core.metrics import seed_mean_sem
+from icrl_jax.core.registry import REPORTS
 from icrl_jax.methods import method_class
 from icrl_jax.papers.unimask.masks import REGIMES, TASKS, regime_index
 
@@ -230,7 +233,7 @@ def _dt_group(config, env, dataset, validation, seeds) -> _Group:
     validation loss is the mean action cross entropy over every step of the held-out episodes
     (Uni[MASK]'s behaviour-cloning loss averaged over the index is the same quantity): the
     behaviour-cloning column without the return-to-go, the reward-conditioned one with it."""
-    from icrl_jax.core.config import dt_model_config
+    from icrl_jax.methods.fields import dt_model_config
     cls = method_class("dt")
     dt_config = ml_collections.ConfigDict(config.to_dict())
     model = ml_collections.ConfigDict(dict(config.model.to_dict(), causal=True))
@@ -525,9 +528,9 @@ def _plot_rollouts(freq, tv, path):
 def summarise(rows: dict[str, np.ndarray], seconds: float, config) -> dict[str, Any]:
     """Means, standard errors, normalised values and the paper's claims of a grid's losses."""
     tasks = list(TASKS)
-    mean = {r: v.mean(0) for r, v in rows.items()}
-    sem = {r: v.std(0, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else np.zeros(len(tasks))
-           for r, v in rows.items()}
+    stats = {r: seed_mean_sem(v) for r, v in rows.items()}
+    mean = {r: s[0] for r, s in stats.items()}
+    sem = {r: s[1] for r, s in stats.items()}
     result: dict[str, Any] = dict(
         tasks=tasks, rows=list(rows), seeds=int(config.grid.num_seeds),
         num_train_trajectories=int(config.data.num_train_tasks),
@@ -734,3 +737,13 @@ def _data_size_markdown(table: dict[str, Any]) -> str:
                               for task, value in ratios.items())
             lines.append(f"- {size} trajectories, {name}: holds={claim['holds']}; {shown}")
     return "\n".join(lines) + "\n"
+
+
+def report_grid(config) -> dict[str, Any]:
+    """`icrl-jax report --config` with `report.kind="grid"`: the grid on the run's dataset."""
+    env = R.build_env(config)
+    return run_grid(config, R.dataset_of(config, env), env)
+
+
+REPORTS.register("grid", report_grid)
+REPORTS.register("runs:grid", data_size_report)

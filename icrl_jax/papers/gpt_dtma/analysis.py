@@ -1,4 +1,5 @@
-"""Per-head importance of a trained transformer (GPT-DTMA Figs. 2 and 6, Tables 5 and 6).
+"""GPT-DTMA's head analyses: per-head importance (Figs. 2 and 6, Tables 5 and 6) and attention
+before and after fine-tuning (Fig. 4: `self_attention`, `plot_attention_before_after`).
 
 Two readouts, both `(num_layers, H)`:
 * `ablation_importance`: ||o - o_{-i}||_2, the change of the model's output when head i's output
@@ -61,5 +62,45 @@ def plot_head_importance(importance: np.ndarray, markov: np.ndarray, path: str,
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def self_attention(attention, token_weight: jax.Array) -> np.ndarray:
+    """Per-layer attention weights `[(B, H, T, T)]` and token weights `(B, T)` (1 = valid) ->
+    float32 `(layers, H)`: the mean weight a valid query token puts on itself, the most recent
+    token under a causal mask (what GPT-DTMA's Markov heads do, its Fig. 4)."""
+    weight = jnp.asarray(token_weight, jnp.float32)
+    per_layer = [jnp.einsum("bht,bt->h", jnp.diagonal(a.astype(jnp.float32), axis1=-2, axis2=-1),
+                            weight) for a in attention]
+    return np.asarray(jnp.stack(per_layer) / jnp.maximum(weight.sum(), 1.0))
+
+
+def plot_attention_before_after(before: np.ndarray, after: np.ndarray,
+                                heads: list[tuple[int, int, str]], labels: list[str], path: str,
+                                title: str) -> str:
+    """Attention maps `(layers, H, T, T)` of one context before and after fine-tuning, for the
+    chosen `(layer, head, caption)`s: one row per head, columns before / after (GPT-DTMA's
+    Fig. 4). Returns the path written."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(labels)
+    step = max(1, n // 12)
+    ticks = np.arange(0, n, step)
+    fig, axes = plt.subplots(len(heads), 2, figsize=(7, 3.4 * len(heads)), squeeze=False)
+    for row, (layer, head, caption) in enumerate(heads):
+        for col, (maps, when) in enumerate(((before, "before"), (after, "after"))):
+            ax = axes[row, col]
+            ax.imshow(maps[layer, head], cmap="Reds", vmin=0.0, vmax=1.0)
+            ax.set_title(f"layer {layer} head {head} ({caption}), {when} fine-tuning",
+                         fontsize=8)
+            ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=6)
+            ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -1,0 +1,49 @@
+"""The shared CLI commands: generate, train, evaluate, report and sweep (`core.registry.COMMANDS`).
+
+A paper package registers its own commands the same way (e.g. a pretraining stage).
+"""
+
+from __future__ import annotations
+
+import json
+
+from icrl_jax.core import run as R
+from icrl_jax.core.distributed import is_main_process
+from icrl_jax.core.registry import COMMANDS, Command
+from icrl_jax.tools import sweep
+
+
+def generate(config):
+    """With several processes: each makes its share, or process 0 all of it."""
+    env = R.build_env(config)
+    rows = R.process_share(config, env)
+    if rows is None and not is_main_process():
+        return None
+    return R.generate(config, env, force=True, rows=rows)
+
+
+def aggregate_report(runs: list[str], out: str, labels: list[str]) -> None:
+    del labels
+    for name, path in R.aggregate_runs(runs, out).items():
+        print(f"{name}: {path}")
+
+
+def aggregate_sweeps(runs: list[str], out: str, labels: list[str]) -> None:
+    print(json.dumps(sweep.compare_sweeps(runs, out, labels or None), indent=1))
+
+
+COMMANDS.register("generate", Command(
+    "generate", generate, "learning histories (or the configured dataset) of the config's data "
+    "source on its training tasks"))
+COMMANDS.register("train", Command(
+    "train", R.train, "generate if missing, train (resuming), then evaluate unless "
+    "--config.run.evaluate=False"))
+COMMANDS.register("evaluate", Command(
+    "evaluate", R.evaluate, "in-context evaluation of the latest checkpoint on held-out tasks"))
+COMMANDS.register("report", Command(
+    "report", R.report, "the config's `report.kind` (seeds, a paper's tables); with --runs DIR "
+    "... --out DIR, one table of finished runs", aggregate=aggregate_report))
+COMMANDS.register("sweep", Command(
+    "sweep", sweep.run_sweep, "the random hyperparameter search of `config.sweep` (resuming), "
+    "results and EMP; with --runs DIR ... --out DIR, the EMP of finished sweeps together",
+    aggregate=aggregate_sweeps))

@@ -1,0 +1,134 @@
+"""One registry mechanism for every kind of part: envs, sources, data builders, methods, reports,
+CLI commands and run hooks.
+
+A `Registry` maps names to parts of one kind. Parts register themselves where they are defined
+(`@METHODS.register` / `REGISTRY.register("name", obj)`). Looking up a name that is not there
+first imports the modules that define that kind of part (`modules`, given when the registry is
+made) and every paper package's `plugin` module under `icrl_jax.papers`, so the core finds the
+papers without naming them: a new paper is a new package there, and nothing shared is edited.
+
+This module imports nothing but the errors module, so the env layer can use it too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any, Callable, Iterator
+
+from icrl_jax.core.errors import unknown_name
+
+#: Packages whose every subpackage is a paper; each one's `plugin` module is imported (it
+#: registers the paper's parts) the first time a registry looks a name up.
+PLUGIN_ROOTS = ("icrl_jax.papers",)
+
+_loaded = False
+
+
+def load_plugins() -> None:
+    """Import every paper package's `plugin` module once: importing it registers the paper's
+    parts (a paper package's `__init__` stays light, so that configs can import its fields)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for root in PLUGIN_ROOTS:
+        package = importlib.import_module(root)
+        for info in pkgutil.iter_modules(package.__path__):
+            if info.ispkg:
+                importlib.import_module(f"{root}.{info.name}.plugin")
+
+
+class Registry:
+    """Named parts of one kind.
+
+    `kind` names the kind in errors ("method", "environment", ...). `modules` are imported before
+    the first lookup: the shared modules that define parts of this kind (a package's modules are
+    all imported when it is given with a trailing ".*").
+    """
+
+    def __init__(self, kind: str, modules: tuple[str, ...] = ()):
+        self.kind = kind
+        self.modules = modules
+        self._parts: dict[str, Any] = {}
+        self._complete = False
+
+    def register(self, name_or_part: Any = None, part: Any = None) -> Any:
+        """`register(name, part)`, or as a decorator: `@register("name")`, or `@register` on a
+        class with a `name` attribute. Registering another part under a taken name is an error."""
+        if isinstance(name_or_part, str) and part is None:
+            return lambda obj: self.register(name_or_part, obj)
+        if not isinstance(name_or_part, str):
+            name_or_part, part = name_or_part.name, name_or_part
+        name = name_or_part
+        if name in self._parts and self._parts[name] is not part:
+            raise ValueError(f"{self.kind} name {name!r} is registered twice")
+        self._parts[name] = part
+        return part
+
+    def _complete_registrations(self) -> None:
+        if self._complete:
+            return
+        self._complete = True
+        for module in self.modules:
+            if module.endswith(".*"):
+                package = importlib.import_module(module[:-2])
+                for info in pkgutil.iter_modules(package.__path__):
+                    importlib.import_module(f"{package.__name__}.{info.name}")
+            else:
+                importlib.import_module(module)
+        load_plugins()
+
+    def get(self, name: str) -> Any:
+        """The part registered as `name`; an `UnknownNameError` naming the nearest otherwise."""
+        if name not in self._parts:
+            self._complete_registrations()
+        if name not in self._parts:
+            raise unknown_name(self.kind, name, self._parts)
+        return self._parts[name]
+
+    def __contains__(self, name: str) -> bool:
+        if name not in self._parts:
+            self._complete_registrations()
+        return name in self._parts
+
+    def names(self) -> list[str]:
+        self._complete_registrations()
+        return sorted(self._parts)
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        self._complete_registrations()
+        return iter(sorted(self._parts.items()))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+
+#: Run hooks: parts that take part in every run when their `applies(config)` says so (for
+#: example a pretraining stage that some configs need before `train`). Each hook is an object
+#: with `applies(config) -> bool` and any of `resolve(config, env)` (after the config is
+#: finalised) and `before_train(config, env, dataset_fn)`.
+HOOKS = Registry("run hook")
+
+#: CLI commands: name -> `Command` (what `icrl-jax <name>` runs).
+COMMANDS = Registry("command", modules=("icrl_jax.core.commands",))
+
+#: Reports: `report.kind` -> `fn(config) -> {name: path}` (`icrl-jax report --config`), and
+#: aggregators of finished runs under "runs:<kind>" (`icrl-jax report --runs ...`).
+REPORTS = Registry("report kind", modules=("icrl_jax.reports.*",))
+
+
+class Command:
+    """A CLI command: `run(config)` on a resolved config (`icrl-jax <name> --config ...`);
+    `aggregate(runs, out, labels)` for `--runs DIR ... --out DIR` where it has that form; `doc`
+    is its line in `icrl-jax --help`. `config_section`: the section only its configs have (and
+    that only it takes), e.g. a language-model config; "" = any experiment config."""
+
+    def __init__(self, name: str, run: Callable[[Any], Any], doc: str,
+                 aggregate: Callable[..., Any] | None = None, config_section: str = "",
+                 checks_experiment: bool = True):
+        self.name, self.run, self.doc, self.aggregate = name, run, doc, aggregate
+        self.config_section = config_section
+        #: Whether `resolve_config` builds the config's method and env (a language-model config
+        #: has neither).
+        self.checks_experiment = checks_experiment

@@ -1,0 +1,57 @@
+"""Config fields of the shared methods (AD, DT), declared beside them.
+
+Pure ml_collections (no model code), so that experiment files, which import these, load fast.
+`ad_config()` and `dt_model_config()` give an experiment its method's fields; a paper's own
+methods declare theirs in their package's `fields.py`.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from icrl_jax.core.config import base_config
+
+
+def ad_model_fields() -> dict:
+    """AD's (and its variants') fields of `config.model`, beside the shared transformer's."""
+    return dict(
+        label_smoothing=0.0,
+        # Grid worlds: add the cell's (row, column) features to its id embedding.
+        grid_observations=False,
+        # Mark each episode's first step in its token (a learned vector), so the model need not
+        # infer resets from the observations (a Key-to-Door agent must know when its key is gone).
+        episode_starts=False,
+        # Add each step's episode return so far (a learned vector times it) to its token; on
+        # Key-to-Door that is the key flag, which the observation hides and the context shows.
+        episode_returns=False,
+        # N-gram layers (enabled by model.ngram_positions): which step ids they match.
+        # transition | observation | observation_return (the cell and the episode's reward so
+        # far, e.g. Key-to-Door's key flag) | vq | a registered id fn
+        ngram_match="transition",
+        # ngram_match="vq": directory of the pretrained VQ-VAE (config.json + model.safetensors);
+        # "" = <dataset>/vq, pretrained there first by `train` when the config has a `vq` section.
+        vq_checkpoint="",
+    )
+
+
+def ad_config(method: str = "ad") -> ml_collections.ConfigDict:
+    """`base_config()` for an in-context method of the AD family: `config.method = method` and
+    AD's model fields."""
+    config = base_config()
+    config.method = method
+    config.model.update(ad_model_fields())
+    return config
+
+
+def dt_model_config() -> ml_collections.ConfigDict:
+    """The Decision Transformer fields of `config.model` (added by DT experiments)."""
+    return ml_collections.ConfigDict(dict(
+        timestep_encoding="timestep",  # timestep | position | none
+        max_timestep=1000,  # rows of the timestep table
+        rtg_scale=1.0,  # returns-to-go are divided by this before embedding
+        action_prediction="state",  # state | autoregressive (multi-action tokens)
+        # Pixel (uint8 image) states only:
+        cnn_channels=(32, 64, 64),  # strided conv widths of the state encoder
+        cnn_kernel=4,
+        obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
+    ))

@@ -1,0 +1,18 @@
+"""Headless-AD's config fields (pure ml_collections: experiment files import this)."""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def default_headless_config() -> dict:
+    """Headless-AD fields to add to a `model` config (values: the paper's Bernoulli bandit)."""
+    return dict(action_embed_dim=64, tau=1.34, loss="infonce", prompt=True,
+                embeddings="orthonormal", eval_embedding_seed=0, reward_gated_actions=False)
+
+
+def add_headless_fields(config: ml_collections.ConfigDict, **overrides) -> None:
+    """Give `config.model` the Headless-AD fields (defaults, then `overrides`)."""
+    fields = dict(default_headless_config(), **overrides)
+    for key, value in fields.items():
+        config.model[key] = value

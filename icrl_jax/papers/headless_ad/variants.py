@@ -1,0 +1,112 @@
+"""Evaluation over environment variants (action sets, arm counts, reward distributions) and
+training seeds: the Headless-AD paper's Table 1 and figures (`report.kind="variants"`).
+
+An experiment opts in with `config.variants` (name -> dict(env=<env kwargs overrides>,
+actions=<action set name or "">, tasks=test|train, optionally env_name=<another registered env>,
+whose kwargs are then `env` alone)) and `config.report` (label=<row name in tables>,
+num_seeds=<training seeds>). Each seed's evaluation goes to `seed_<i>/variants.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from icrl_jax import envs
+from icrl_jax.core import run as R
+from icrl_jax.core import train as T
+from icrl_jax.core.distributed import is_main_process
+from icrl_jax.core.registry import REPORTS
+from icrl_jax.methods import build_method
+from icrl_jax.papers.headless_ad.table1 import write_report
+
+
+def actions_used(actions: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
+    """Distinct actions tried in each rollout: actions int `(N, T)`, mask `(N, A)` -> `(N,)`."""
+    tried = jax.nn.one_hot(jnp.asarray(actions), action_mask.shape[-1], dtype=jnp.bool_).any(1)
+    return np.asarray(tried.sum(-1))
+
+
+def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
+    """The model and the baselines on one variant: `score` is the model's final-step score
+    (bandits) or its success (episodic), `arms_used` its distinct actions per rollout."""
+    if variant.get("env_name"):  # another environment: its own kwargs only (Figure 9)
+        env = envs.make(variant["env_name"], **dict(variant.get("env", {})))
+    else:
+        env = R.build_env(config, **dict(variant.get("env", {})))
+    if not method.any_action_count and env.num_actions > R.build_env(config).num_actions:
+        return dict(applicable=False)
+    tasks = R.eval_tasks(env, config, variant.get("tasks", "test"),
+                       actions=variant.get("actions") or None, same_count=True)
+    model_key, rollout_key = jax.random.split(key)
+    results, curves, rollouts = R.rollout_and_score(config, env, method, params, tasks,
+                                                  rollout_key, model_key)
+    result: dict[str, Any] = dict(applicable=True, env=env.name, num_envs=int(len(rollouts["model"]["rewards"])),
+                                  num_actions=float(rollouts["model"]["action_mask"].sum(-1).mean()))
+    for name, rollout in rollouts.items():
+        result[f"{name}_arms_used"] = float(actions_used(rollout["actions"],
+                                                         rollout["action_mask"]).mean())
+    result.update(results)
+    if env.scoring == envs.REGRET:
+        result["score"] = result["final_step_score"]
+        result["cumulative_score"] = result["normalised_score"]
+    else:
+        result["score"] = result["model_success"]
+    result["arms_used"] = result["model_arms_used"]
+    result["curves"] = {n: M.mean_curve(c) for n, c in curves.items()}
+    return result
+
+
+def evaluate_variants(config, params=None) -> dict[str, Any]:
+    """Evaluate the latest checkpoint on every `config.variants` entry -> `variants.json`."""
+    env = R.build_env(config)
+    method = build_method(config, env)
+    checkpoint_step = None
+    if params is None:
+        params = R.load_params(config, env, method)
+        checkpoint_step = T.latest_checkpoint_step(config.workdir)
+    results = {}
+    for i, (name, variant) in enumerate(sorted(config.variants.to_dict().items())):
+        start = time.perf_counter()
+        key = jax.random.fold_in(jax.random.PRNGKey(config.eval.seed), i)
+        results[name] = evaluate_variant(config, method, params, variant, key)
+        if results[name]["applicable"]:
+            print(f"{config.experiment} seed {config.seed} {name}: score "
+                  f"{results[name]['score']:.3f}, arms used {results[name]['arms_used']:.1f} "
+                  f"({time.perf_counter() - start:.0f}s)")
+    summary = dict(experiment=config.experiment, method=config.method, env=config.env.name,
+                   label=method.label(config), seed=config.seed, checkpoint_step=checkpoint_step,
+                   variants=results)
+    if not is_main_process():
+        return summary
+    with open(os.path.join(config.workdir, "variants.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def evaluated_at(workdir: str, num_steps: int) -> bool:
+    """Whether `workdir/variants.json` holds an evaluation of the checkpoint at `num_steps`
+    (so raising `train.num_steps` resumes training and re-evaluates instead of reusing it)."""
+    path = os.path.join(workdir, "variants.json")
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return json.load(f).get("checkpoint_step") == num_steps
+
+
+def report_variants(config) -> dict[str, str]:
+    """Train and evaluate every seed on every variant, then write Table 1 and the figures to
+    `<workdir>/report`."""
+    workdirs = R.train_seeds(config, evaluate_seed=evaluate_variants, evaluated=evaluated_at)
+    return write_report([config.workdir] if workdirs else [],
+                        os.path.join(config.workdir, "report"))
+
+
+REPORTS.register("variants", report_variants)
+REPORTS.register("runs:variants", write_report)
