@@ -277,3 +277,11 @@ def test_corl_dt_weights_of_another_shape_name_the_parameter():
     with pytest.raises(ValueError, match=r"'blocks\.1\.mlp\.0\.weight' has shape \(64, 32\), "
                                          r"but the model needs \(128, 32\)"):
         corl_dt_params(model, weights, _corl_inputs(out))
+
+
+def test_backbone_options_are_checked():
+    x = jnp.zeros((1, 3, 8))
+    for field, value, options in (("norm", "batchnorm", "layernorm"), ("mlp_type", "moe", "dense")):
+        model = Transformer(num_layers=1, num_heads=2, **{field: value})
+        with pytest.raises(ValueError, match=f"{field} must be one of .*{options}.*{value}"):
+            model.init(jax.random.key(0), x)
