@@ -124,7 +124,7 @@ def main():
     for label, shape, rate, calls in DROPOUT_CASES:
         x = jax.random.normal(jax.random.PRNGKey(0), shape)
         ms = alternate({name: jax.jit(jax.grad(
-                            lambda x, key, d=mask_dropout(keep_mask): (d(rate)(x, key) ** 2).sum()))
+                            lambda x, key, d=mask_dropout(keep_mask): (d(rate)(x, key) ** 2).sum()))  # noqa: B008
                         for name, (_, keep_mask) in sides.items()},
                        (x, jax.random.PRNGKey(1)), calls)
         rows.append(f"| dropout alone, forward + backward: {label}, {shape}, rate {rate} | "

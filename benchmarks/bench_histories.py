@@ -175,7 +175,8 @@ def main():
         f"({n} histories per workload). Hardware: {cpu_model()}, "
         f"{os.cpu_count()} CPU cores **shared with other engineers' jobs** (load average "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after), jax {jax.__version__} CPU, "
-        f"float32 only, chunk_size={CHUNK} tasks per jitted call. Times exclude compilation (best of repeats, `block_until_ready`); "
+        f"float32 only, chunk_size={CHUNK} tasks per jitted call. Times exclude compilation "
+        "(best of repeats, `block_until_ready`); "
         "peak memory is the workload subprocess's max RSS (includes the ~0.3 GiB JAX runtime).",
         "",
         f"Each workload runs with {os.cpu_count()} XLA host devices (chunks dispatched "
@@ -197,7 +198,8 @@ def main():
                  f"{np_ts['seconds'] / ts['seconds']:.1f}x faster (wall), "
                  f"{np_ts['cpu_seconds'] / ts['cpu_seconds']:.1f}x (CPU) |")
     lines.append(f"| Q-learning, {n} x 200 episodes x 20 steps, 125-action composite Dark Room | "
-                 f"{q['seconds']:.2f} | {q['cpu_seconds']:.2f} | {q['peak_rss_mib']:.0f} | success rate in the last 20 "
+                 f"{q['seconds']:.2f} | {q['cpu_seconds']:.2f} | {q['peak_rss_mib']:.0f} | "
+                 f"success rate in the last 20 "
                  f"episodes {q['late_success']:.2f} |")
     lines += [
         "",
@@ -212,10 +214,13 @@ def main():
         "(a, b integer >= 1), so the generator is RNG-bound. Beta = G_a / (G_a + G_b) with "
         "Marsaglia-Tsang gammas (shape >= 1, acceptance 95-99%) costs one normal + one uniform "
         "per gamma when it accepts. Exactness needs rejection run to acceptance; under `vmap` a "
-        "while loop re-proposes the whole batch until the last of the N x 2A (40k per 1000-task chunk) draws of a step accepts "
+        "while loop re-proposes the whole batch until the last of the N x 2A (40k per 1000-task "
+        "chunk) draws of a step accepts "
         "(~4-6 rounds). The default sampler instead makes one round for all draws, then gathers "
         "only the rejected ones (`jnp.nonzero(size=M/16+64)`) and re-proposes them in a loop until "
-        "all accept: exact in distribution; only ~5% of draws are redrawn, but on XLA:CPU the compaction's gather/scatter costs about as much as a second full round (see below). It needs the whole batch, so it "
+        "all accept: exact in distribution; only ~5% of draws are redrawn, but on XLA:CPU the "
+        "compaction's gather/scatter costs about as much as a second full round (see below). "
+        "It needs the whole batch, so it "
         "is a `jax.custom_batching.custom_vmap` rule. Variants measured per step on 1000 x 20 "
         "arms (CPU ms/step, shapes (3,40) / (1,1) / (100,100)): this one 1.04 / 1.30 / 0.85; two "
         "full rounds then element compaction 1.26 / 1.49 / 1.02; two rounds then compaction of "

@@ -3,7 +3,8 @@
     python benchmarks/bench_step_ab.py --reference REFERENCE [--rows small,main_job] [--rounds 12]
 
 REFERENCE: attention_backward_einsum, attention_dropout_float_mask, dense_plain_dot_general,
-dropout_bits_halves, dropout_mask_last_axis, embeddings_lapack_qr, sample_row_then_window, tokens_concat_mix or one_device.
+dropout_bits_halves, dropout_mask_last_axis, embeddings_lapack_qr, sample_row_then_window,
+tokens_concat_mix or one_device.
 
 `bench_train.py --old` runs each checkout in its own processes; on these shared cores a
 process's throughput moves by up to 25% between repeats of the same code, more than most changes

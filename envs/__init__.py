@@ -55,7 +55,9 @@ def make(name: str, **kwargs) -> EnvSpec:
 
 
 __all__ = [
-    "REGISTRY", "make", "ICRLEnv", "InvalidActionError", "check_actions", "stack_params",
+    "REGISTRY", "make", "BANDIT", "EPISODIC", "REGRET", "RETURNS", "EnvSpec", "HostEnv",
+    "Locomotion", "Hopper", "Walker2d", "HalfCheetah", "PointMaze", "DoorKey", "MiniworldRoom",
+    "ViZDoom", "ICRLEnv", "InvalidActionError", "check_actions", "stack_params",
     "BernoulliBandit", "ContextualBandit", "DarkRoom", "CompositeDarkRoom", "KeyToDoor",
     "ButtonRoom", "composite_actions", "split_actions", "headless_ad_action_sets", "split_tasks",
 ]

@@ -344,7 +344,8 @@ def test_contextual_bandit_feature_and_noise_statistics():
     env = ContextualBandit(arms=(4, 20))
     p = env.task_params(jnp.arange(2000))
     feats = np.asarray(p.arm_features)[np.asarray(p.action_mask)]
-    assert abs(feats.std() - 1 / np.sqrt(2)) < 0.02 and (np.asarray(p.arm_features)[~np.asarray(p.action_mask)] == 0).all()
+    assert abs(feats.std() - 1 / np.sqrt(2)) < 0.02
+    assert (np.asarray(p.arm_features)[~np.asarray(p.action_mask)] == 0).all()
     one = env.task_params(7)
     _, state = env.reset(KEY, one)
     rewards = jax.vmap(lambda k: env.transition(k, state, 0, one)[2])(jax.random.split(KEY, 20000))

@@ -225,7 +225,7 @@ def test_permute_action_ids_relabels_available_actions_consistently():
         for o, m in zip(old, new):
             assert mapping.setdefault(o, m) == m  # a function of the old id
         assert len(set(mapping.values())) == len(mapping)  # and injective
-        prev_old, prev_new = np.asarray(window.prev_actions[b]), np.asarray(out.prev_actions[b])
+        prev_new = np.asarray(out.prev_actions[b])
         assert prev_new[0] == A  # "no previous action" is kept
         np.testing.assert_array_equal(prev_new[1:], new[:-1])
     ad_config = default_transformer_config()
@@ -271,7 +271,7 @@ def test_registry_builds_headless_ad_and_report_writes_table(tmp_path):
 
 def test_report_reuses_an_evaluation_only_at_the_configured_step(tmp_path):
     """Raising `train.num_steps` must resume and re-evaluate a seed, not reuse its old table."""
-    from icrl_jax.core.run import evaluated_at
+    from icrl_jax.papers.headless_ad.variants import evaluated_at
 
     assert not evaluated_at(str(tmp_path), 100)  # nothing evaluated yet
     (tmp_path / "variants.json").write_text(json.dumps(dict(checkpoint_step=100, variants={})))
@@ -292,7 +292,8 @@ def test_cached_decoding_equals_the_full_forward_pass(prompt, position, gated, n
     method = HeadlessAD(tiny_config(prompt=prompt, position=position,
                                     reward_gated_actions=gated, **ngrams), num_observations=1)
     window = random_window(seed=5)
-    params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2), types.SimpleNamespace(num_actions=A))
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2),
+                                types.SimpleNamespace(num_actions=A))
     full = method.context_logits(params, window, None)
     cache = method.decode_init(params, window, L)
     pieces = []
@@ -316,7 +317,8 @@ def test_cached_rollout_takes_the_actions_of_the_recomputed_window():
     env = BernoulliBandit(arms=5, max_arms=A, seed=0)
     method = HeadlessAD(tiny_config(), num_observations=1)
     window = random_window()
-    params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2), types.SimpleNamespace(num_actions=A))
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2),
+                                types.SimpleNamespace(num_actions=A))
     task_params = env.task_params(np.arange(4))
     actions = {}
     for max_steps in (None, L):
@@ -349,7 +351,8 @@ def test_ngram_prompt_ids_match_nothing_and_cached_rollouts_take_the_same_action
     assert off_diagonal[:, A:, A:].any()  # steps do repeat (observation 0, same action)
 
     env = BernoulliBandit(arms=5, max_arms=A, seed=0)
-    params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2), types.SimpleNamespace(num_actions=A))
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), window), jax.random.PRNGKey(2),
+                                types.SimpleNamespace(num_actions=A))
     actions = {}
     for max_steps in (None, L):
         policy = in_context_source(method, params, env, L, greedy=False, max_steps=max_steps)
@@ -366,6 +369,7 @@ def test_contextual_model_transfers_to_bernoulli_bandits_seen_through_a_context(
     report gives that transfer a column of its own."""
     from icrl_jax.experiments.headless_ad import contextual_bandit
     from icrl_jax.core import run as R
+    from icrl_jax.papers.headless_ad import variants
     from icrl_jax.core.config import set_dotted
     from icrl_jax.papers.headless_ad.table1 import write_report
 
@@ -382,7 +386,7 @@ def test_contextual_model_transfers_to_bernoulli_bandits_seen_through_a_context(
         {name: config.variants[name] for name in ("heldout_4_20", "bernoulli_arms_25")})
     config = R.resolve_config(config)
     R.train(config)
-    summary = R.evaluate_variants(config)
+    summary = variants.evaluate_variants(config)
     transfer = summary["variants"]["bernoulli_arms_25"]
     assert transfer["env"] == "bernoulli_bandit" and transfer["num_actions"] == 25
     assert summary["variants"]["heldout_4_20"]["env"] == "contextual_bandit"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from icrl_jax.data.dataset import StepWindows, episode_returns_before
-from icrl_jax.models.tokens import shift_right
+from icrl_jax.data.dataset import shift_right
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.ngram import (NGramHead, latest_match, ngram_attention, ngram_pattern,
                                    ngram_pattern_rows, ngram_weights, observation_ids,

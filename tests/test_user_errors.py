@@ -1,7 +1,6 @@
 """Bad input is reported as one line with exit status 2, bugs keep their tracebacks; configs load
 without model code; a traced invalid action is a documented no-op in `ICRLEnv.step`."""
 
-import json
 import os
 import subprocess
 import sys

@@ -7,9 +7,9 @@
 Data: `DoomExpert` (privileged planner, `envs/host/vizdoom.py`) with per-env action noise spread
 over `data.noise` (low, high), recorded through the bridge into a pixel store of 72x128 RGB
 frames, frame skip 4 (paper 7.2.1), one history per complete episode; shared by every config
-that records the same data (`runs/datasets/vizdoom_<scenario>_<steps>steps_..._seed<seed>`). The paper's data came from an
-APPO agent (7.5); any such dataset can be imported in the documented episode format
-(`python -m experiments.host.record_doom import ...`).
+that records the same data (`runs/datasets/vizdoom_<scenario>_<steps>steps_..._seed<seed>`).
+The paper's data came from an APPO agent (7.5); any such dataset can be imported in the
+documented episode format (`python -m icrl_jax.experiments.host.record_doom import ...`).
 
 Paper scale (default) = the M-SAT paper's Tables 4 (My Way Home) and 5 (Deadly Corridor):
 8 layers, 8 heads, d_model 128, batch 128, lr 5e-3, 500K steps of data, 5 epochs
@@ -97,7 +97,8 @@ def table2_config(scenario: str, preset: str = ""):
     config = make_config("msat", scenario, preset)
     config.experiment = f"msat_table2_{scenario}"
     config.columns = ml_collections.ConfigDict(TABLE2_COLUMNS)
-    config.report.update(dict(kind="columns", num_seeds=3, metrics=TABLE2_METRICS[scenario]))
+    config.report.update(dict(kind="columns", num_seeds=3, metrics=TABLE2_METRICS[scenario],
+                              run_metrics=()))
     return config
 
 

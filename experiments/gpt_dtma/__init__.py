@@ -64,6 +64,7 @@ def add_columns(config, columns: tuple[str, ...], metrics: tuple[str, ...]) -> N
     config.method = "gpt_dt"  # the DT with GPT-DTMA's switches (all off: the DT column)
     config.model.update(gpt_dt_fields())
     config.columns = ml_collections.ConfigDict({name: COLUMNS[name] for name in columns})
-    config.report.update(dict(kind="columns", num_seeds=3, metrics=metrics, pretrained="",
+    config.report.update(dict(kind="columns", num_seeds=3, metrics=metrics, run_metrics=("g_markov",),
+                              pretrained="",
                               clip="", optional_columns=("CLIP-DT",)))
     config.model.norm_epsilon = 1e-5

@@ -9,7 +9,8 @@ Bernoulli: trained on the "train" reward distribution, evaluated on uniform rewa
 from icrl_jax.methods.fields import ad_config
 from icrl_jax.experiments.headless_ad.common import quick_preset
 from icrl_jax.core.config import apply_preset
-from icrl_jax.experiments.headless_ad.common import EVAL_ARMS, add_report_fields, bernoulli_variants, contextual_variants
+from icrl_jax.experiments.headless_ad.common import (EVAL_ARMS, add_report_fields, bernoulli_variants,
+                                                     contextual_variants)
 
 QUICK = quick_preset(120, **{"data.num_train_tasks": 2000, "data.num_test_tasks": 50})
 

@@ -37,7 +37,8 @@ def _table2(batch, embed, width, layers, heads, state_weight):
                       "num_layers": layers, "num_heads": heads, "state_weight": state_weight}}
 
 
-#: Table 2 (section -> field -> value): batch, embedding, layer width, layers, heads, state loss weight (action weight 1).
+#: Table 2 (section -> field -> value): batch, embedding, layer width, layers, heads, state loss
+#: weight (action weight 1).
 PAPER_OVERRIDES = {
     "behaviour_cloning": _table2(250, 32, 128, 2, 4, 0.1),
     "reward_conditioned": _table2(50, 32, 128, 3, 4, 1.0),
@@ -57,7 +58,8 @@ PRESETS = {
         "train.batch_size": 100, "train.learning_rate": 1e-3, "train.warmup_steps": 50,
         "train.num_steps": 2000, "grid.epochs": 0, "grid.num_seeds": 3, "grid.eval_every": 250,
         "grid.overrides": {}, "grid.finetune_steps": 500, "grid.finetune_eval_every": 250,
-        "grid.finetune_learning_rate": 2e-4, "grid.mlp_overrides": {}, "grid.dt_overrides": {"train": {"num_steps": 1000}},
+        "grid.finetune_learning_rate": 2e-4, "grid.mlp_overrides": {},
+        "grid.dt_overrides": {"train": {"num_steps": 1000}},
         "data.num_test_tasks": 100,
     },
 }

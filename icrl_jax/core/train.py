@@ -285,7 +285,6 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     reused from there; without `programs` they are compiled for this call alone."""
     check_step_config(config)
     mesh = data_mesh(len(seed_keys) if replicas else config.batch_size)
-    replicated = NamedSharding(mesh, P())
     num_replicas = len(seed_keys) if replicas else 0
     placed = state_sharding(mesh, replicas, num_replicas)
     init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys) if replicas \

@@ -33,6 +33,14 @@ from icrl_jax.data.rollout import run_policies
 from icrl_jax.data.sources import build_source
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.registry import Registry
+from icrl_jax.envs import split_tasks
+from icrl_jax.data.sources import Source
+from icrl_jax.data.minari_io import MinariEpisodes
+from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
+from icrl_jax.data.minari_io import dataset_dir
+from icrl_jax.data.minari_io import DatasetNotFoundError, spaces_of, write_minari
+from icrl_jax.data.minari_io import read_minari
+from icrl_jax.data.sources import ppo as P
 
 
 def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
@@ -49,7 +57,6 @@ def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
         raise UserError(f"{config.env.name} has {env.num_tasks} tasks, fewer than "
                         f"num_train_tasks + num_test_tasks = "
                         f"{data.num_train_tasks + data.num_test_tasks}")
-    from icrl_jax.envs import split_tasks
     return split_tasks(env.num_tasks, data.num_train_tasks, data.split_seed, data.num_test_tasks)
 
 
@@ -172,14 +179,12 @@ class Minari(Builder):
         return config.data.get("minari_root") or os.path.join(config.workdir, "minari")
 
     def path(self, config, env) -> str:
-        from icrl_jax.data.minari_io import dataset_dir
         return dataset_dir(self.root(config), config.data.dataset_id)
 
     def exists(self, path: str, env) -> bool:
         return os.path.isfile(os.path.join(path, "data", "metadata.json"))
 
     def build(self, config, env, path: str) -> None:
-        from icrl_jax.data.minari_io import DatasetNotFoundError, spaces_of, write_minari
         if not config.data.source:  # a config that points at an existing dataset
             raise DatasetNotFoundError(f"no Minari dataset at {path} (and no data.source to "
                                        f"generate one)")
@@ -219,7 +224,6 @@ class Minari(Builder):
               f"{seconds:.1f}s -> {path}" + "".join(f"; {k} {v:.2f}" for k, v in refs.items()))
 
     def open(self, config, env, path: str):
-        from icrl_jax.data.minari_io import read_minari
         return read_minari(path, env=env)
 
 
@@ -263,8 +267,6 @@ class LocomotionData(Minari):
         return {k: f"{m.group(1)}{k}{m.group(3) or ''}" for k in cls.KINDS}
 
     def build(self, config, env, path: str) -> None:
-        from icrl_jax.data.minari_io import spaces_of, write_minari
-        from icrl_jax.data.sources import ppo as P
         if not getattr(env, "continuous_actions", False) or env.host:
             raise UserError(f"data.builder='locomotion' needs a JAX-native continuous-action env, "
                             f"got {config.env.name!r}")
@@ -409,7 +411,6 @@ def _recent_return(log) -> float:
 
 def _expert_source(env):
     """The env's noiseless privileged expert as a source."""
-    from icrl_jax.data.sources import Source
     return Source(lambda key, p: (), lambda key, s, obs, st, p: (env.expert_action(st, p), s),
                   lambda key, s, tr, p: s, name="expert")
 
@@ -501,8 +502,6 @@ def open_dataset(config, env, rows: Rows | None = None):
 def dataset_returns(dataset) -> np.ndarray | None:
     """Returns of the dataset's complete episodes, float `(E,)` (None for pixel learning
     histories, whose rewards are not kept in memory)."""
-    from icrl_jax.data.minari_io import MinariEpisodes
-    from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
     if isinstance(dataset, MinariEpisodes):
         return dataset.returns
     if isinstance(dataset, PixelTrajectoryStore):
@@ -515,7 +514,6 @@ def dataset_returns(dataset) -> np.ndarray | None:
 def reference_scores(dataset) -> tuple[float, float] | None:
     """The (random, expert) reference returns a dataset carries for D4RL-normalised scores (a
     Minari dataset's `ref_min_score` / `ref_max_score`), None when it has none."""
-    from icrl_jax.data.minari_io import MinariEpisodes
     if isinstance(dataset, MinariEpisodes) and None not in (dataset.ref_min_score,
                                                             dataset.ref_max_score):
         return float(dataset.ref_min_score), float(dataset.ref_max_score)

@@ -14,7 +14,12 @@ import numpy as np
 
 from icrl_jax.data.history import History, HistoryFormatError
 from icrl_jax.data.train_data import window_at
-from icrl_jax.models.tokens import shift_right
+
+
+def shift_right(x: jax.Array, fill) -> jax.Array:
+    """`(N, T, ...)` -> the same with x[:, t] moved to t + 1 and `fill` at t = 0."""
+    pad = jnp.full_like(x[:, :1], fill)
+    return jnp.concatenate([pad, x[:, :-1]], axis=1)
 
 
 @flax.struct.dataclass

@@ -74,14 +74,16 @@ class History:
             if tuple(shape[: len(prefix)]) != prefix or (
                     name in ("rewards", "dones", "task_ids") and len(shape) != len(prefix)):
                 raise HistoryFormatError(
-                    f"{name} has shape {shape}; expected {prefix}{' + ...' if name in ('observations', 'action_mask') else ''} "
+                    f"{name} has shape {shape}; expected {prefix}"
+                    f"{' + ...' if name in ('observations', 'action_mask') else ''} "
                     f"to match actions {np.shape(self.actions)}")
         if np.ndim(self.action_mask) != 2:
             raise HistoryFormatError(
                 f"action_mask must have shape (N, A), got {np.shape(self.action_mask)}")
         for name, kinds in (("actions", "iu"), ("task_ids", "iu"), ("dones", "b"),
                             ("action_mask", "b"), ("rewards", "fiu")):
-            dtype = np.asarray(getattr(self, name)).dtype if not hasattr(getattr(self, name), "dtype") else getattr(self, name).dtype
+            value = getattr(self, name)
+            dtype = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
             if np.dtype(dtype).kind not in kinds:
                 raise HistoryFormatError(f"{name} has dtype {dtype}, expected kind {kinds!r}")
         return self

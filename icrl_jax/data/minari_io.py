@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from icrl_jax.core.errors import UserError
+from icrl_jax.data.trajectories import Trajectories, returns_to_go
 
 
 class DatasetNotFoundError(UserError):
@@ -98,7 +99,6 @@ class MinariEpisodes:
         become one-component `(E, T, 1)` int32 actions)."""
         import jax.numpy as jnp
 
-        from icrl_jax.data.trajectories import Trajectories, returns_to_go
         rewards = np.where(self.mask, self.rewards, 0.0).astype(np.float32)
         actions = self.actions if self.actions.ndim == 3 else self.actions[..., None]
         t = self.mask.shape[1]

@@ -26,6 +26,7 @@ import threading
 
 import jax
 import numpy as np
+from icrl_jax.data.dataset import StepWindows
 
 FORMAT = "icrl-jax-pixel-store"
 FIELDS = ("obs", "actions", "rewards", "dones", "history")
@@ -252,7 +253,6 @@ class PrefetchLoader:
 
 
 def _as_step_windows(batch: dict, num_actions: int, xp=np):
-    from icrl_jax.data.dataset import StepWindows
 
     n = batch["actions"].shape[0]
     return StepWindows(observations=batch["obs"], prev_actions=batch["prev_actions"],

@@ -123,8 +123,3 @@ class ADStepTokens(nn.Module):
                 tokens = tokens + values[..., None].astype(vector.dtype) * vector
         return tokens
 
-
-def shift_right(x: jax.Array, fill) -> jax.Array:
-    """`(N, T, ...)` -> the same with x[:, t] moved to t + 1 and `fill` at t = 0."""
-    pad = jnp.full_like(x[:, :1], fill)
-    return jnp.concatenate([pad, x[:, :-1]], axis=1)

@@ -7,8 +7,9 @@ column listed in `report.optional_columns` is skipped while such a field is empt
 trains `report.num_seeds` seeds on the one shared dataset, each in
 `<workdir>/<column>/seed_<s>/` (resumable: a seed with an `eval.json` is not run again), and is
 evaluated by the usual `run.evaluate`. The table reads `model@<highest target>_<metric>` for each
-of `report.metrics` from the seeds' `eval.json`, and `g_markov` from `heads.json` where the model
-has MoA gates, and writes `<workdir>/table.md` and `table.json` (mean, standard error, per-seed
+of `report.metrics` from the seeds' `eval.json`, and each of `report.run_metrics` (keys without
+the target, e.g. a method's analysis readouts) where a seed has it, and writes
+`<workdir>/table.md` and `table.json` (mean, standard error, per-seed
 values).
 """
 
@@ -78,6 +79,7 @@ def run_columns(config) -> dict[str, str]:
     R.generate(config, R.build_env(config))
     target = f"model@{float(max(config.eval.target_returns)):g}"
     metrics = list(config.report.metrics)
+    run_metrics = list(config.report.run_metrics)  # eval.json keys without the target prefix
     rows: dict[str, dict[str, Any]] = {}
     columns = runnable_columns(config)
     for skipped in [c for c in config.columns if c not in columns]:
@@ -85,7 +87,7 @@ def run_columns(config) -> dict[str, str]:
         print(f"column {skipped} skipped: its model directory is not given ({', '.join(fields)})")
     curves: dict[str, list[list[float]]] = {}  # column -> per seed, metrics[0] by evaluation
     for column in columns:
-        per_seed: dict[str, list] = {m: [] for m in metrics + ["g_markov"]}
+        per_seed: dict[str, list] = {m: [] for m in metrics + run_metrics}
         for seed in range(int(config.report.num_seeds)):
             seeded = column_config(config, column, seed)
             os.makedirs(seeded.workdir, exist_ok=True)
@@ -96,7 +98,8 @@ def run_columns(config) -> dict[str, str]:
                 result = json.load(f)
             for metric in metrics:
                 per_seed[metric].append(result.get(f"{target}_{metric}"))
-            per_seed["g_markov"].append(result.get("g_markov"))
+            for metric in run_metrics:
+                per_seed[metric].append(result.get(metric))
             curves.setdefault(column, []).append(
                 _training_curve(seeded.workdir, f"{target}_{metrics[0]}"))
         rows[column] = {m: _cell(v) for m, v in per_seed.items()}
@@ -144,8 +147,8 @@ def _plot_training_curves(curves: dict[str, list[list[float]]], path: str, *, yl
 
 def format_table(table: dict[str, Any], metrics: list[str]) -> str:
     """Markdown: a row per column, mean +- standard error over seeds per metric."""
-    show = metrics + (["g_markov"] if any(r["g_markov"]["seeds"] for r in table["rows"].values())
-                      else [])
+    extra = [m for m in next(iter(table["rows"].values()), {}) if m not in metrics]
+    show = metrics + [m for m in extra if any(r[m]["seeds"] for r in table["rows"].values())]
     lines = [f"{table['experiment']} ({table['target']}, {table['seeds']} seeds, mean ± s.e.m.)",
              "", "| column | " + " | ".join(show) + " |", "|---" * (len(show) + 1) + "|"]
     for column, cells in table["rows"].items():

@@ -126,7 +126,7 @@ def seeds_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_seed_curves(summary: dict, path: str, *, bandit: bool) -> str:
+def plot_seed_curves(summary: dict, path: str, *, regret: bool) -> str:
     """Mean ± s.e.m. over seeds of each group's model curve; baselines dashed and dotted."""
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     x = np.arange(1, summary["episodes"] + 1)
@@ -139,8 +139,8 @@ def plot_seed_curves(summary: dict, path: str, *, bandit: bool) -> str:
             if policy in policies:
                 ax.plot(x, policies[policy]["curve"], ls=style, color=("black", "grey")[j % 2],
                         lw=1, label=f"{env}: {policy}")
-    ax.set_xlabel("step" if bandit else "in-context episode")
-    ax.set_ylabel("cumulative regret" if bandit else "return")
+    ax.set_xlabel("step" if regret else "in-context episode")
+    ax.set_ylabel("cumulative regret" if regret else "return")
     ax.set_title("model: mean ± s.e.m. over seeds")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -165,8 +165,8 @@ def write_seed_report(paths: list[str], out: str) -> dict[str, str]:
         f.write(text)
     with open(written["json"], "w") as f:
         json.dump(summary, f, indent=1)
-    bandit = any("model_final_regret" in g["scores"] for g in summary["groups"].values())
-    plot_seed_curves(summary, written["curves"], bandit=bandit)
+    regret = any("model_final_regret" in g["scores"] for g in summary["groups"].values())
+    plot_seed_curves(summary, written["curves"], regret=regret)
     print(text)
     return written
 

@@ -125,6 +125,9 @@ def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
         raise UserError(f"bad data.source_kwargs for source {name!r}: {e}") from e
 
 
-__all__ = ["SOURCES", "build_source", "Source", "ParamSource", "Transition", "thompson_sampling", "sample_beta", "BETA_SAMPLERS", "linucb",
-           "q_learning", "noisy_oracle", "episode_replay", "grid_explorer", "grid_oracle_action", "uniform_random",
-           "masked_uniform_action", "noisy_expert", "waypoint_controller", "train_ppo", "ppo_policy", "ppo_source"]
+__all__ = [
+    "SOURCES", "build_source", "Source", "ParamSource", "Transition", "thompson_sampling",
+    "sample_beta", "BETA_SAMPLERS", "linucb", "q_learning", "noisy_oracle", "episode_replay",
+    "grid_explorer", "grid_oracle_action", "uniform_random", "masked_uniform_action",
+    "noisy_expert", "waypoint_controller", "train_ppo", "ppo_policy", "ppo_source",
+]

@@ -8,7 +8,6 @@ available arms, ties broken at random (all arms tie before any pull).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from icrl_jax.data import sources

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from icrl_jax.data import sources
 from icrl_jax.core.errors import UserError
+from icrl_jax.envs.continuous.point_maze import PointMaze
 
 
 def waypoint_controller(env, noise_scale: float = 0.0) -> "sources.Source":
     """Source acting with `env.waypoint_action` plus N(0, noise_scale^2) noise; float32 `(2,)`
     actions. State: `()`. Needs a continuous-action env with a waypoint expert (the point maze)."""
-    from icrl_jax.envs.continuous.point_maze import PointMaze
     if not isinstance(env, PointMaze):
         raise UserError(f"source waypoint needs the point maze (a continuous env with a waypoint "
                         f"controller), got {type(env).__name__}")

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax import envs
+from icrl_jax.core import metrics as M
 from icrl_jax.core import run as R
 from icrl_jax.core import train as T
 from icrl_jax.core.distributed import is_main_process

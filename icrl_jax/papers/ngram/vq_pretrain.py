@@ -41,6 +41,7 @@ from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
 from icrl_jax.models.encoders import (VQVAE, code_usage, codebook_from_data, read_vq_fields,
                                       save_vq, vq_fields, vq_loss)
+from icrl_jax.core import train as T
 
 SUMMARY = "vq.json"
 
@@ -171,7 +172,6 @@ def pretrain_vq(config, env, store, stop_at: int | None = None) -> dict[str, Any
     """Pretrain (resuming) the `vq` section's VQ-VAE on `store`'s frames into
     `model.vq_checkpoint` (or `<dataset>/vq`), unless a finished one is there; returns vq.json's
     content (None when `stop_at` paused the run before `vq.num_steps`)."""
-    from icrl_jax.core import train as T
 
     if config.get("vq") is None:
         raise UserError("this config has no `vq` section (the VQ-VAE to pretrain); the Miniworld "

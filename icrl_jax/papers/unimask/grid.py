@@ -46,7 +46,13 @@ from icrl_jax.core.logging_utils import progress
 from icrl_jax.core.metrics import seed_mean_sem
 from icrl_jax.core.registry import REPORTS
 from icrl_jax.methods import method_class
-from icrl_jax.papers.unimask.masks import REGIMES, TASKS, regime_index
+from icrl_jax.papers.unimask.masks import TASKS, regime_index
+from icrl_jax.methods.fields import dt_model_config
+from icrl_jax.core import metrics as M
+from icrl_jax.data.sources import ParamSource
+from icrl_jax.papers.unimask.method import SnippetPolicy
+from icrl_jax.envs.doorkey import cell_of, split_state
+from icrl_jax.papers.unimask.method import sample_past
 
 #: Replica hyperparameters of a grid beyond the trainer's own (`REPLICA_HYPERPARAMETERS`).
 PER_REPLICA = ("model.regime", "model.action_weight", "model.state_weight", "model.init_from")
@@ -233,7 +239,6 @@ def _dt_group(config, env, dataset, validation, seeds) -> _Group:
     validation loss is the mean action cross entropy over every step of the held-out episodes
     (Uni[MASK]'s behaviour-cloning loss averaged over the index is the same quantity): the
     behaviour-cloning column without the return-to-go, the reward-conditioned one with it."""
-    from icrl_jax.methods.fields import dt_model_config
     cls = method_class("dt")
     dt_config = ml_collections.ConfigDict(config.to_dict())
     model = ml_collections.ConfigDict(dict(config.model.to_dict(), causal=True))
@@ -356,9 +361,6 @@ def run_returns(config, dataset, env) -> dict[str, Any]:
     for early stopping. Writes `returns.json` and `returns.png`."""
     from dataclasses import replace
 
-    from icrl_jax.core import metrics as M
-    from icrl_jax.data.sources import ParamSource
-    from icrl_jax.papers.unimask.method import SnippetPolicy
 
     grid = config.grid
     cls = method_class(config.method)
@@ -458,7 +460,6 @@ def rollout_distributions(config, env, method, params, num_episodes: int = 1000)
     rollouts of the model from one initial state, next to as many episodes of the data's source
     (held-out data) and of a uniform random policy; total-variation distances to the data.
     Writes `rollouts.png`."""
-    from icrl_jax.envs.doorkey import cell_of, split_state
     (ax, ay), (kx, ky) = FIG8_LAYOUT
     layout = env.layout_params(jnp.full(num_episodes, cell_of(ax, ay)),
                                jnp.full(num_episodes, cell_of(kx, ky)))
@@ -489,7 +490,6 @@ def backward_inference(env, method, params, validation, seed: int, start: int = 
     """Past inference by sampling from step `start` backwards with rejection of
     dynamics-inconsistent draws: how much model mass rejection removes, and a check that every
     sampled transition is then consistent."""
-    from icrl_jax.papers.unimask.method import sample_past
     sampled, rejected = sample_past(method, params, validation, start,
                                     jax.random.PRNGKey(seed + 11), env.next_observation)
     nxt = env.next_observation(sampled.observations[:, :start], sampled.actions[:, :start, 0])
