@@ -106,6 +106,24 @@ def test_ad_logits_and_loss_equal_the_authors():
     np.testing.assert_allclose(loss, out["ad_loss"][0], atol=ATOL, rtol=0)
 
 
+def test_window_inputs_align_with_their_training_targets():
+    """A window of our layout (previous actions and rewards per step) gives, through
+    `window_inputs`, the predictions their training scores against the window's actions."""
+    out = _outputs(HEADLESS)
+    model = _bandit_model("headless")
+    params = _bandit_params(model, out)
+    actions, rewards = np.asarray(out["actions"]), np.asarray(out["rewards"])
+    none = np.full((actions.shape[0], 1), actions.max() + 1)  # "no previous action": unused
+    prev_actions = np.concatenate([none, actions[:, :-1]], axis=1)
+    prev_rewards = np.concatenate([np.zeros_like(none), rewards[:, :-1]], axis=1)
+    embedded, reward_ids = ref.window_inputs(jnp.asarray(prev_actions),
+                                             jnp.asarray(prev_rewards, jnp.float32),
+                                             out["action_map"])
+    pred = model.apply({"params": params}, embedded, reward_ids, out["prompt"])
+    assert pred.shape[1] == actions.shape[1]
+    np.testing.assert_allclose(pred, out["headless_pred"][:, :-1], atol=ATOL, rtol=0)
+
+
 def test_their_bfloat16_rotary_tables_matter():
     """Their RoPE cache is bfloat16 (`Transformer.rotary_table_dtype`): exact float32 tables
     move the outputs by more than the tolerance, so the option is what makes them equal."""

@@ -87,6 +87,26 @@ def interleave(actions: jax.Array, rewards: jax.Array) -> jax.Array:
     return jnp.stack([actions, rewards], axis=2).reshape(batch, 2 * n, dim)
 
 
+def window_inputs(prev_actions: jax.Array, prev_rewards: jax.Array,
+                  action_embeddings: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """The reference model's inputs for one of our windows of L steps (`StepWindows`: step t
+    holds a_t as `actions` and a_{t-1}, r_{t-1} as `prev_actions`, `prev_rewards`).
+
+    Steps 1..L-1's previous action and reward are the window's steps 0..L-2: the L - 1 step
+    token pairs whose L outputs (start pair included) predict the window's L `actions`, as
+    their training pairs outputs and targets (`pred[:, :-1]` against the window's actions).
+    Step 0's previous action is not used: the start pair stands in its place, as in their
+    windows (which start with it wherever they lie in a history). Returns (action ids
+    `(B, L-1)`, or their embeddings `(B, L-1, E)` given the `(A, E)` map; int rewards
+    `(B, L-1)`; bandit rewards are 0 or 1).
+    """
+    actions = prev_actions[:, 1:]
+    rewards = prev_rewards[:, 1:].astype(jnp.int32)
+    if action_embeddings is not None:
+        actions = action_embeddings[actions]
+    return actions, rewards
+
+
 class ReferenceBanditModel(nn.Module):
     """The authors' bandit AD (`head="ad"`) or Headless-AD (`head="headless"`) model.
 
