@@ -136,5 +136,5 @@ def test_pretrain_lm_learns_bytes_and_writes_a_loadable_checkpoint(tmp_path):
     cfg, params = load_hf_gpt2(os.path.join(config.workdir, "hf"))
     assert cfg.vocab_size == 256 and cfg.n_embd == 32
     assert {"layer", "head", "r1", "r2", "markov"} <= set(out["markov_heads_trained"][0])
-    with pytest.raises(Exception, match="pretrain-lm takes a language-model config"):
+    with pytest.raises(Exception, match="pretrain-lm takes a config with an `lm` section"):
         run.run(config, "train")

@@ -13,7 +13,7 @@ import pytest
 from icrl_jax.core import train as T
 from icrl_jax.papers.gpt_dtma.analysis import ablation_importance, gate_importance
 from icrl_jax.core.config import default_train_config, default_transformer_config
-from icrl_jax.papers.gpt_dtma.fields import gpt_dt_model_config
+from icrl_jax.papers.gpt_dtma.fields import gpt_dt_fields, gpt_dt_model_config
 from icrl_jax.data.train_data import on_device
 from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
 from icrl_jax.core.errors import UserError
@@ -274,6 +274,8 @@ def test_clip_column_takes_the_clip_shape_and_is_skipped_without_weights(tmp_pat
     from icrl_jax.core.run import resolve_config
     single = hopper_config("quick")
     single.workdir = str(tmp_path / "single")
+    single.method = "gpt_dt"  # the DT with GPT-DTMA's fields
+    single.model.update(gpt_dt_fields())
     single.model.update(dict(pretrained=clip, pretrained_architecture=True))
     single = resolve_config(single)
     assert (single.model.d_model, single.model.activation) == (32, "quick_gelu")

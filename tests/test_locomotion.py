@@ -173,7 +173,7 @@ def test_locomotion_builder_ids_and_replay_episodes():
     """The builder's dataset ids, and PPO's recorded experience `(U, T, num_envs, ...)` per chunk
     cut into per-env episodes (hand-worked: 2 chunks of 1 update x 3 steps, 2 envs)."""
     from icrl_jax.data.builders import BUILDERS, LocomotionData
-    assert isinstance(BUILDERS["locomotion"], LocomotionData)
+    assert isinstance(BUILDERS.get("locomotion"), LocomotionData)
     assert LocomotionData.ids("walker2d/medium-expert-v1") == {
         "medium": "walker2d/medium-v1", "medium-replay": "walker2d/medium-replay-v1",
         "medium-expert": "walker2d/medium-expert-v1"}

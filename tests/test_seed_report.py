@@ -9,7 +9,7 @@ import pytest
 
 from icrl_jax.core.errors import UserError
 from icrl_jax.methods.ad import AD
-from icrl_jax.papers.headless_ad.table1 import write_report
+from icrl_jax.core.run import aggregate_runs
 from icrl_jax.core.metrics import mean_and_stderr
 from icrl_jax.reports.seeds import summarise_seeds, load_seed_runs
 
@@ -68,7 +68,7 @@ def test_seeds_are_grouped_by_label_and_curves_cut_to_the_shortest(tmp_path):
     assert source["model_last_episode_return"] == pytest.approx(np.mean([0.5, 0.6, 0.7, 0.5]))
     assert source["curve"] == [0.25] * 4
 
-    written = write_report(paths, str(tmp_path / "out"))
+    written = aggregate_runs(paths, str(tmp_path / "out"))
     table = open(written["table"]).read()
     assert "| key_to_door: AD + n-gram | 0, 1, 2 | **0.300 ± 0.058** (0.200 / 0.400 / 0.300) | " \
            "**1.200 ± 0.115** (1.000 / 1.200 / 1.400) |" in table
@@ -80,11 +80,12 @@ def test_seeds_are_grouped_by_label_and_curves_cut_to_the_shortest(tmp_path):
 def test_bad_runs_are_user_errors(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(UserError, match="no variants.json"):
-        write_report([str(empty)], str(tmp_path / "out"))
+    with pytest.raises(UserError, match="no config.json there"):
+        aggregate_runs([str(empty)], str(tmp_path / "out"))
     run = _run(tmp_path, "r", ngram=False, seed=0, last=0.5, curve=[0.1, 0.5])
-    with pytest.raises(UserError, match="training run"):  # mixed with a directory of neither kind
-        write_report([run, str(empty)], str(tmp_path / "out"))
+    (empty / "config.json").write_text(json.dumps({"report": {"kind": "variants"}}))
+    with pytest.raises(UserError, match="different report kinds"):  # a table of one kind only
+        aggregate_runs([run, str(empty)], str(tmp_path / "out"))
     (tmp_path / "r" / "config.json").unlink()
     with pytest.raises(UserError, match="no config.json"):
         load_seed_runs([run])

@@ -15,6 +15,7 @@ from icrl_jax.envs.doorkey import DoorKey, cell_of
 from icrl_jax.experiments.unimask.doorkey import get_config
 from icrl_jax.papers.unimask import grid as masking_grid
 from icrl_jax.core import run
+from icrl_jax.core.run import aggregate_runs
 from icrl_jax.core import train as T
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.sources import build_source
@@ -240,7 +241,6 @@ def test_paper_scale_default_is_the_papers_setting():
 
 
 def test_data_size_report_from_three_grids(tmp_path):
-    from icrl_jax.papers.headless_ad import table1 as report
     rng = np.random.default_rng(0)
     rows = list(TASKS) + ["random", masking_grid.FINETUNED]
     made = {}
@@ -252,9 +252,10 @@ def test_data_size_report_from_three_grids(tmp_path):
         workdir = tmp_path / f"n{size}"
         workdir.mkdir()
         masking_grid.write_heatmaps(result, str(workdir))
+        (workdir / "config.json").write_text(json.dumps({"report": {"kind": "grid"}}))
         made[size] = losses
     out = tmp_path / "sizes"
-    written = report.write_report([str(tmp_path / f"n{s}") for s in (500, 50, 1000)], str(out))
+    written = aggregate_runs([str(tmp_path / f"n{s}") for s in (500, 50, 1000)], str(out))
     assert set(written) == {"json", "figure", "table"}
     assert all(os.path.exists(p) for p in written.values())
     with open(written["json"]) as f:

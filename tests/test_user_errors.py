@@ -69,7 +69,7 @@ def test_unknown_preset_command_and_config_file():
 
 def test_report_of_a_directory_holding_no_run_is_one_line(tmp_path):
     out = run_cli("report", "--runs", str(tmp_path), "--out", str(tmp_path / "out"))
-    assert_user_error(out, f"report --runs {tmp_path}: no variants.json")
+    assert_user_error(out, f"report --runs {tmp_path}: no config.json there")
 
 
 def test_user_error_raised_by_a_config_file_is_one_line(tmp_path):

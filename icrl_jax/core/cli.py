@@ -66,8 +66,8 @@ def _run(argv: list[str]) -> None:
     if len(args) != 1:
         raise UserError(f"expected one command, got {args or 'none'}; usage: "
                         f"{usage().splitlines()[0]}")
-    command = COMMANDS.get(args[0])  # an unknown one fails naming the nearest
     if _CONFIG.value is None:
+        command = COMMANDS.get(args[0])  # an unknown one fails naming the nearest
         if command.aggregate is not None:
             return _aggregate(command)
         raise UserError(f"{command.name} needs --config FILE[:preset], e.g. "
@@ -76,8 +76,10 @@ def _run(argv: list[str]) -> None:
         raise UserError("--runs, --out and --labels aggregate finished runs and take no --config; "
                         "with --config the outputs go to the config's workdir")
     from icrl_jax.core import distributed
-    # A multi-process run joins before anything touches a device (gymnax computes on import).
+    # A multi-process run joins before anything touches a device: looking a command up imports
+    # the modules that register commands, and gymnax computes on import.
     distributed.initialize(_CONFIG.value.get("dist"))
+    command = COMMANDS.get(args[0])
     from icrl_jax.core import run as R
     config = R.resolve_config(_CONFIG.value)
     R.run(config, command.name)

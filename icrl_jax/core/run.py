@@ -393,6 +393,6 @@ def run(config, command: str):
     for other in COMMANDS.names():  # a command's own kind of config goes to it alone
         section = COMMANDS.get(other).config_section
         if section and (command == other) != (config.get(section) is not None):
-            raise UserError(f"{other} takes a config with a `{section}` section, and only it "
-                            f"takes one")
+            raise UserError(f"{other} takes a config with an `{section}` section, and only it "
+                            f"takes one (a config of another kind)")
     return COMMANDS.get(command).run(config)

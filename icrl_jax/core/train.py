@@ -407,13 +407,15 @@ class _Mapping(dict):
 
 
 def replica_hyperparameters(config, assignments: Sequence[dict[str, Any]]) -> dict[str, jax.Array]:
-    """float32 `(K,)` per `REPLICA_HYPERPARAMETERS` key: the assignment's value, else the
+    """float32 `(K,)` per `REPLICA_HYPERPARAMETERS` key the config has (a method's own, such as
+    AD's label smoothing, only where its config declares it): the assignment's value, else the
     config's."""
     def value(a, dotted):
         section, key = dotted.split(".")
         return a.get(dotted, config[section][key])
-    return {k: jnp.asarray([value(a, k) for a in assignments], jnp.float32)
-            for k in REPLICA_HYPERPARAMETERS}
+    present = [k for k in REPLICA_HYPERPARAMETERS
+               if k.split(".")[1] in config.get(k.split(".")[0], {})]
+    return {k: jnp.asarray([value(a, k) for a in assignments], jnp.float32) for k in present}
 
 
 def replica_builder(build_method: Callable, config) -> Callable:

@@ -1,0 +1,158 @@
+"""Contract tests over the registries: every registered JAX env, source and method meets the
+interface shared code relies on. A new registration is picked up without editing this file.
+
+* Envs: reset and step under `jit` and `vmap`, with the shapes and dtypes its spec declares,
+  deterministically for a key.
+* Methods: each trains two steps and evaluates a short rollout through the one pipeline, on the
+  quick preset of an experiment config that uses it (found by scanning `experiments/`), shrunk to
+  a tiny model. A method that no experiment config uses fails here: give it one.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from icrl_jax import envs
+from icrl_jax.core import run as R
+from icrl_jax.core.config import check_key, set_dotted
+from icrl_jax.core.registry import COMMANDS, REPORTS
+from icrl_jax.data.sources import SOURCES
+from icrl_jax.methods import METHODS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KEY = jax.random.PRNGKey(0)
+
+
+def jax_env_names() -> list[str]:
+    """Registered envs that run in JAX (host simulators have their own tests, test_host.py)."""
+    return [name for name in envs.REGISTRY.names() if not envs.make(name).host]
+
+
+def some_action(env, params):
+    """An available action of each task in `params` (batched): the first allowed discrete
+    action, the zero vector for continuous actions, component 0 for multi-discrete ones."""
+    n = jax.tree.leaves(params)[0].shape[0]
+    if env.continuous_actions:
+        return jnp.zeros((n, env.action_dim), jnp.float32)
+    return jnp.asarray(np.argmax(np.asarray(params.action_mask), axis=1), jnp.int32)
+
+
+@pytest.mark.parametrize("name", jax_env_names())
+def test_every_jax_env_steps_under_jit_and_vmap_as_its_spec_declares(name):
+    env = envs.make(name)
+    params = env.task_params(jnp.arange(3))
+    actions = some_action(env, params)
+
+    def rollout(key, p, action):
+        obs, state = env.reset(key, p)
+
+        def body(state, k):
+            obs, state, reward, terminated, truncated, _ = env.step(k, state, action, p)
+            return state, (obs, reward, terminated, truncated)
+
+        return obs, jax.lax.scan(body, state, jax.random.split(key, 4))[1]
+
+    run = jax.jit(jax.vmap(rollout))
+    keys = jax.random.split(KEY, 3)
+    first, (obs, rewards, terminated, truncated) = run(keys, params, actions)
+    again = run(keys, params, actions)
+    for a, b in zip(jax.tree.leaves((first, obs, rewards)), jax.tree.leaves(again[:1] + again[1][:2])):
+        np.testing.assert_array_equal(a, b)  # the same key gives the same rollout
+    assert first.shape == (3, *env.observation_shape)
+    assert obs.shape == (3, 4, *env.observation_shape)
+    assert rewards.shape == (3, 4) and rewards.dtype == jnp.float32
+    assert terminated.dtype == jnp.bool_ and truncated.dtype == jnp.bool_
+    assert env.scoring in (envs.REGRET, envs.RETURNS)
+
+
+def test_every_source_name_is_buildable_or_refuses_clearly():
+    """Each registered source builds on some JAX env, or says in one UserError why not."""
+    from icrl_jax.core.errors import UserError
+
+    for source in SOURCES.names():
+        built = 0
+        for name in jax_env_names():
+            try:
+                R.S.build_source(source, envs.make(name), 40, {})
+                built += 1
+            except (UserError, TypeError, ValueError, AttributeError, KeyError):
+                continue
+        assert built, f"source {source!r} builds on no registered JAX env"
+
+
+def experiment_configs():
+    """(file, preset, config) of every experiment config file and preset."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "experiments", "**", "*.py"), recursive=True)):
+        if path.endswith("__init__.py"):
+            continue
+        module = importlib.import_module(
+            "icrl_jax." + os.path.relpath(path, ROOT)[:-3].replace(os.sep, "."))
+        if not hasattr(module, "get_config"):
+            continue
+        for preset in [""] + sorted(getattr(module, "PRESETS", {})):
+            found.append((os.path.relpath(path, ROOT), preset, module.get_config(preset)))
+    return found
+
+
+CONFIGS = experiment_configs()
+
+#: Overrides that make any experiment's run tiny (set where the config has the key).
+TINY = {"model.d_model": 16, "model.num_layers": 1, "model.num_heads": 2,
+        "model.action_embed_dim": 16, "model.mlp_width": 16,
+        "train.num_steps": 2, "train.steps_per_call": 2, "train.batch_size": 2,
+        "train.log_every": 2, "train.checkpoint_every": 2, "train.warmup_steps": 1,
+        "data.num_train_tasks": 4, "data.num_test_tasks": 2, "data.histories_per_task": 1,
+        "eval.num_envs_per_task": 1, "eval.baselines": ("random",), "eval.every": 0,
+        "run.progress": False, "env.num_workers": 0}
+
+
+def cheapest_config(method: str):
+    """The quick preset (else any preset) of the first experiment config that trains `method` on
+    a JAX env with data made in seconds (not a PPO-trained locomotion dataset)."""
+    usable = [(path, preset, config) for path, preset, config in CONFIGS
+              if config.method == method and not envs.make(config.env.name,
+                                                            **config.env.kwargs).host
+              and config.data.builder != "locomotion"]
+    usable.sort(key=lambda c: (c[1] != "quick", c[0], c[1]))
+    return usable[0] if usable else None
+
+
+@pytest.mark.parametrize("method", METHODS.names())
+def test_every_method_trains_two_steps_and_evaluates(method, tmp_path):
+    found = cheapest_config(method)
+    assert found is not None, f"no experiment config trains method {method!r} on a JAX env"
+    path, preset, config = found
+    config.unlock()
+    for dotted, value in TINY.items():
+        try:
+            check_key(config, dotted, free_form_kwargs=False)
+        except ValueError:
+            continue
+        set_dotted(config, dotted, value)
+    config.eval.num_steps = min(int(config.eval.num_steps), 200)
+    config.workdir = str(tmp_path)
+    config = R.resolve_config(config)
+    R.train(config)
+    with open(tmp_path / "eval.json") as f:
+        result = json.load(f)
+    scores = {k: v for k, v in result.items() if k.startswith("model") and isinstance(v, float)}
+    assert scores, f"{path}:{preset}: no model score in eval.json"
+    assert any(math.isfinite(v) for v in scores.values()), (path, preset, scores)
+
+
+def test_every_report_kind_and_command_is_callable():
+    for name in REPORTS.names():
+        assert callable(REPORTS.get(name)), name
+    for name in COMMANDS.names():
+        command = COMMANDS.get(name)
+        assert command.name == name and callable(command.run) and command.doc
