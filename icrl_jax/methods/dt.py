@@ -111,6 +111,7 @@ class DTModel(nn.Module):
     cnn_channels: tuple[int, ...] = (32, 64, 64)
     cnn_kernel: int = 4
     obs_pool: int = 1
+    embed_norm_epsilon: float = 1e-6  # the token LayerNorm's (PyTorch's and CORL's: 1e-5)
 
     @property
     def action_tokens_per_step(self) -> int:
@@ -148,7 +149,7 @@ class DTModel(nn.Module):
             returns, states = returns + step, states + step
             action_tokens = action_tokens + step[:, :, None]
         tokens = interleave_step_tokens(returns, states, action_tokens)
-        tokens = nn.LayerNorm(name="embed_norm")(tokens)
+        tokens = nn.LayerNorm(epsilon=self.embed_norm_epsilon, name="embed_norm")(tokens)
         per_step = 2 + self.action_tokens_per_step
         hidden = self.backbone(tokens, deterministic=deterministic,
                                return_attention=return_attention,
@@ -316,7 +317,8 @@ class DecisionTransformer(Method):
                              int(model_config.max_timestep), prediction,
                              tuple(int(c) for c in model_config.get("cnn_channels", (32, 64, 64))),
                              int(model_config.get("cnn_kernel", 4)),
-                             int(model_config.get("obs_pool", 1)))
+                             int(model_config.get("obs_pool", 1)),
+                             float(model_config.embed_norm_epsilon))
 
     @property
     def num_components(self) -> int:

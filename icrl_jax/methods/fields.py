@@ -54,4 +54,5 @@ def dt_model_config() -> ml_collections.ConfigDict:
         cnn_channels=(32, 64, 64),  # strided conv widths of the state encoder
         cnn_kernel=4,
         obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
+        embed_norm_epsilon=1e-6,  # the token LayerNorm's epsilon (CORL's DT: PyTorch's 1e-5)
     ))
