@@ -156,3 +156,23 @@ def test_every_report_kind_and_command_is_callable():
     for name in COMMANDS.names():
         command = COMMANDS.get(name)
         assert command.name == name and callable(command.run) and command.doc
+
+
+def test_papers_outside_the_repository_register_through_an_entry_point(monkeypatch):
+    import importlib.metadata
+
+    from icrl_jax.core import registry
+
+    loaded = []
+
+    class EntryPoint:
+        def load(self):
+            loaded.append("my_paper.plugin")
+
+    def entry_points(group):
+        return [EntryPoint()] if group == registry.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(registry, "_loaded", False)
+    registry.load_plugins()
+    assert loaded == ["my_paper.plugin"]

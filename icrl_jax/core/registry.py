@@ -13,6 +13,7 @@ This module imports nothing but the errors module, so the env layer can use it t
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import pkgutil
 from typing import Any, Callable, Iterator
 
@@ -21,6 +22,11 @@ from icrl_jax.core.errors import unknown_name
 #: Packages whose every subpackage is a paper; each one's `plugin` module is imported (it
 #: registers the paper's parts) the first time a registry looks a name up.
 PLUGIN_ROOTS = ("icrl_jax.papers",)
+
+#: A paper packaged outside this repository registers through an entry point of this group
+#: (`[project.entry-points."icrl_jax.papers"] my_paper = "my_paper.plugin"`); its module is
+#: imported with the paper packages here.
+ENTRY_POINT_GROUP = "icrl_jax.papers"
 
 _loaded = False
 
@@ -37,6 +43,8 @@ def load_plugins() -> None:
         for info in pkgutil.iter_modules(package.__path__):
             if info.ispkg:
                 importlib.import_module(f"{root}.{info.name}.plugin")
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        entry_point.load()
 
 
 class Registry:
