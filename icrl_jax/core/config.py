@@ -72,6 +72,7 @@ def default_train_config() -> ml_collections.ConfigDict:
         # bf16 compute with float32 parameters, optimiser state, logits and loss: "bf16";
         # "auto" = bf16 on GPUs (Ampere on) and TPUs, float32 on the CPU; "fp32".
         compute_dtype="auto",
+        scan_unroll=1,  # steps of the scanned training call unrolled per loop iteration
     ))
 
 
@@ -83,7 +84,10 @@ def base_config() -> ml_collections.ConfigDict:
     config.workdir = ""  # default: runs/<experiment>_<preset>
     config.method = ""  # a registered method (e.g. "ad"); "" for configs of other kinds
 
-    config.env = ml_collections.ConfigDict(dict(name="", kwargs=ml_collections.ConfigDict()))
+    config.env = ml_collections.ConfigDict(dict(
+        name="", kwargs=ml_collections.ConfigDict(),
+        num_workers=0,  # host simulators: worker processes per pool (0 = the env's default)
+    ))
     config.data = ml_collections.ConfigDict(dict(
         source="",
         source_kwargs=ml_collections.ConfigDict(),
@@ -95,6 +99,8 @@ def base_config() -> ml_collections.ConfigDict:
         path="",  # dataset file; default: <workdir>/histories.npz
         subsample=1,  # train on every k-th episode of each history (n-gram paper's `subsample`)
         builder="histories",  # how the dataset is made and opened (data/builders.py BUILDERS)
+        dataset_id="",  # builder "minari"/"locomotion": the Minari dataset id, e.g. "hopper/medium-v0"
+        minari_root="",  # ... and the folder of Minari datasets ("" = <workdir>/minari)
     ))
     config.model = default_transformer_config()
     config.train = default_train_config()

@@ -93,7 +93,7 @@ def observation_encoder(model_config) -> nn.Module | None:
     if kind in ("", "none"):
         return None
     if kind == "cnn":
-        return CNNEncoder(out_dim=int(model_config.get("encoder_dim", model_config.d_model)),
+        return CNNEncoder(out_dim=int(model_config.get("encoder_dim", 0) or model_config.d_model),
                           channels=tuple(model_config.get("encoder_channels", (32, 64, 64))),
                           pool=int(model_config.get("encoder_pool", 1)), name="obs_encoder")
     raise ValueError(f"unknown model.observation_encoder {kind!r}; available: 'none', 'cnn'")

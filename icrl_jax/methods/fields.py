@@ -31,6 +31,12 @@ def ad_model_fields() -> dict:
         # ngram_match="vq": directory of the pretrained VQ-VAE (config.json + model.safetensors);
         # "" = <dataset>/vq, pretrained there first by `train` when the config has a `vq` section.
         vq_checkpoint="",
+        # Pixel observations: "cnn" embeds frames with a strided CNN (`models/encoders.py`) of
+        # `encoder_channels`, pooled by `encoder_pool`, to `encoder_dim` features (0 = d_model).
+        observation_encoder="none",
+        encoder_channels=(32, 64, 64),
+        encoder_pool=1,
+        encoder_dim=0,
     )
 
 
@@ -54,5 +60,7 @@ def dt_model_config() -> ml_collections.ConfigDict:
         cnn_channels=(32, 64, 64),  # strided conv widths of the state encoder
         cnn_kernel=4,
         obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
-        embed_norm_epsilon=1e-6,  # the token LayerNorm's epsilon (CORL's DT: PyTorch's 1e-5)
+        embed_norm_epsilon=1e-6,
+        # Multiplies the returns-to-go (0: behaviour cloning without them, Uni[MASK]'s DT-BC).
+        return_conditioned=1.0,  # the token LayerNorm's epsilon (CORL's DT: PyTorch's 1e-5)
     ))
