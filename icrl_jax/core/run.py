@@ -33,9 +33,11 @@ from icrl_jax.core import train as T
 from icrl_jax.core.config import check_workdir, finalize
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
+from icrl_jax.core.files import atomic_write, write_json, write_text
 from icrl_jax.core.logging_utils import MetricsLogger
 from icrl_jax.core.plots import plot_curves
 from icrl_jax.core.registry import COMMANDS, HOOKS, REPORTS
+from icrl_jax.core.validation import validate
 from icrl_jax.data import sources as S
 from icrl_jax.data.builders import (Rows, dataset_returns, generate, num_rows, open_dataset,
                                     reference_scores, share_dataset, task_split)
@@ -47,23 +49,36 @@ from icrl_jax.methods import build_method, method_class
 def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Validate a loaded config, fill derived fields, and write it to the work directory.
 
+    First every declared constraint on its fields (`core.validation.validate`: one line naming
+    the key, its value, the rule and an example), then those that need the built env (task
+    counts) and the device count, after the method's `prepare_config`.
     The config's method (if it names one) and env are built first, so an unknown name or a bad
     env kwarg fails here, naming the nearest; the method's `prepare_config` fills fields that
     depend on other files (e.g. a pretrained model's shape); each active run hook's `resolve`
     then checks and fills the finalised config."""
+    validate(config)  # every declared constraint on its own fields, before anything is built
     env = None
     if config.method:  # a config of another kind (e.g. a language model's) has no method
         method_class(config.method).prepare_config(config)
         env = build_env(config)
+        validate(config, env, num_devices=_data_parallel_devices(config))
     config = finalize(config)
     check_workdir(config)
     for hook in active_hooks(config):
         hook.resolve(config, env)
     os.makedirs(config.workdir, exist_ok=True)
     if is_main_process():
-        with open(os.path.join(config.workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=1, sort_keys=True))
+        write_text(os.path.join(config.workdir, "config.json"),
+                   config.to_json_best_effort(indent=1, sort_keys=True))
     return config
+
+
+def _data_parallel_devices(config) -> int | None:
+    """The devices a batch must divide over: all of them with several processes (one process
+    trains on the most it divides over, a sweep splits its replicas instead); None: any batch."""
+    if jax.process_count() == 1 or config.get("sweep") is not None:
+        return None
+    return jax.device_count()
 
 
 def active_hooks(config) -> list:
@@ -307,15 +322,14 @@ def write_eval_results(config, results: dict[str, Any], step: int | None = None,
     the run's metric logs at that step, and a printout of its scalars. Returns `results`."""
     step = int(config.train.num_steps) if step is None else int(step)
     path = _eval_path(config, step)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(dict(results, step=step), f, indent=1)
     if per_rollout:  # outside evals/, which holds one JSON file per evaluation
         final = step >= int(config.train.num_steps)
         arrays = os.path.join(config.workdir, "eval_rollouts.npz" if final else
                               os.path.join("eval_rollouts", f"step_{step:08d}.npz"))
-        os.makedirs(os.path.dirname(arrays), exist_ok=True)
-        np.savez_compressed(arrays, **per_rollout)
+        with atomic_write(arrays, "wb") as f:
+            np.savez_compressed(f, **per_rollout)
+    # Last: a run that finds eval.json has its rollouts too (both are written whole or not at all).
+    write_json(path, dict(results, step=step), indent=1)
     logger = MetricsLogger(config.workdir, "eval")
     logger.write(step, {k: v for k, v in results.items() if isinstance(v, float)})
     logger.close()
@@ -345,7 +359,7 @@ def train_seeds(config, evaluate_seed=None, evaluated=None) -> list[str]:
     for seed in range(int(config.report.num_seeds)):
         seeded = seed_config(config, seed)
         os.makedirs(seeded.workdir, exist_ok=True)
-        done = (evaluated or _evaluated_at)(seeded.workdir, int(config.train.num_steps))
+        done = (evaluated or evaluated_at)(seeded.workdir, int(config.train.num_steps))
         if not done:
             train(seeded)  # resumes; a no-op when the checkpoint is already at num_steps
             (evaluate_seed or evaluate)(seeded)
@@ -353,13 +367,14 @@ def train_seeds(config, evaluate_seed=None, evaluated=None) -> list[str]:
     return workdirs
 
 
-def _evaluated_at(workdir: str, num_steps: int) -> bool:
-    """Whether `workdir/eval.json` holds the evaluation of the checkpoint at `num_steps`."""
-    path = os.path.join(workdir, "eval.json")
+def evaluated_at(workdir: str, num_steps: int, file: str = "eval.json", key: str = "step") -> bool:
+    """Whether `workdir/<file>` holds the evaluation of the checkpoint at `num_steps` (its
+    `key`), so that raising `train.num_steps` resumes training and evaluates again."""
+    path = os.path.join(workdir, file)
     if not os.path.exists(path):
         return False
     with open(path) as f:
-        return json.load(f).get("step") == num_steps
+        return json.load(f).get(key) == num_steps
 
 
 def report(config) -> dict[str, str]:

@@ -92,13 +92,8 @@ def evaluate_variants(config, params=None) -> dict[str, Any]:
 
 
 def evaluated_at(workdir: str, num_steps: int) -> bool:
-    """Whether `workdir/variants.json` holds an evaluation of the checkpoint at `num_steps`
-    (so raising `train.num_steps` resumes training and re-evaluates instead of reusing it)."""
-    path = os.path.join(workdir, "variants.json")
-    if not os.path.exists(path):
-        return False
-    with open(path) as f:
-        return json.load(f).get("checkpoint_step") == num_steps
+    """Whether `workdir/variants.json` holds an evaluation of the checkpoint at `num_steps`."""
+    return R.evaluated_at(workdir, num_steps, file="variants.json", key="checkpoint_step")
 
 
 def report_variants(config) -> dict[str, str]:
