@@ -28,11 +28,11 @@ PAPER_NAMES = re.compile(
 
 #: Layers, lowest first: a module may import only from its own layer or lower ones.
 LAYERS = [
-    ("base", ("icrl_jax.core.errors", "icrl_jax.core.registry")),
+    ("base", ("icrl_jax.core.errors", "icrl_jax.core.registry", "icrl_jax.core.files")),
     ("envs", ("icrl_jax.envs",)),
-    ("utilities", ("icrl_jax.core.config", "icrl_jax.core.metrics", "icrl_jax.core.logging_utils",
-                   "icrl_jax.core.distributed", "icrl_jax.core.plots", "icrl_jax.core.checkpoints",
-                   "icrl_jax.core.cpu_devices", "icrl_jax.core.host_memory")),
+    ("utilities", ("icrl_jax.core.config", "icrl_jax.core.validation", "icrl_jax.core.metrics",
+                   "icrl_jax.core.logging_utils", "icrl_jax.core.distributed", "icrl_jax.core.plots",
+                   "icrl_jax.core.checkpoints", "icrl_jax.core.cpu_devices", "icrl_jax.core.host_memory")),
     ("data", ("icrl_jax.data",)),
     ("models", ("icrl_jax.models",)),
     ("methods", ("icrl_jax.methods",)),

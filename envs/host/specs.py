@@ -10,12 +10,27 @@ imported only when a bridge or an oracle is built (they pull in heavy native dep
 from __future__ import annotations
 
 import abc
+import importlib.util
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
+from icrl_jax.core.errors import UserError
 from icrl_jax.envs.core import EnvSpec
+
+
+class MissingSimulatorError(UserError):
+    """A host simulator whose Python package is not installed."""
+
+
+def require_simulator(module: str, name: str, requirement: str) -> None:
+    """`MissingSimulatorError` saying how to install `name` unless `module` can be imported
+    (looked up, not imported: importing a simulator may open a display or boot an engine)."""
+    if importlib.util.find_spec(module) is None:
+        raise MissingSimulatorError(
+            f"the {name} simulator is not installed (no Python module {module!r}): "
+            f"pip install '{requirement}'")
 
 
 class HostEnv(EnvSpec, abc.ABC):
@@ -46,7 +61,8 @@ class HostEnv(EnvSpec, abc.ABC):
         if len(tasks) == 1:
             return tasks, tasks
         if num_train + num_test > len(tasks):
-            raise ValueError(f"{num_train} + {num_test} tasks requested but only {len(tasks)} exist")
+            raise UserError(f"data.num_train_tasks + data.num_test_tasks = {num_train} + "
+                            f"{num_test} tasks requested but only {len(tasks)} exist")
         order = np.random.default_rng(seed).permutation(len(tasks))
         return tasks[order[:num_train]], tasks[order[num_train:num_train + num_test]]
 
@@ -79,7 +95,9 @@ class MiniworldRoom(HostEnv):
 
     def __init__(self, layout: str = "darkroom", episode_length: int = 50):
         if layout not in ("darkroom", "key_to_door"):
-            raise ValueError(f"Miniworld layout must be 'darkroom' or 'key_to_door', got {layout!r}")
+            raise UserError(f"env.kwargs.layout must be 'darkroom' or 'key_to_door' (Miniworld), "
+                            f"got {layout!r}")
+        require_simulator("miniworld", "Miniworld", "miniworld>=2.1")
         self.layout, self.episode_length = layout, int(episode_length)
 
     def tasks(self) -> np.ndarray:
@@ -110,9 +128,10 @@ class ViZDoom(HostEnv):
     num_tasks = 1
 
     def __init__(self, scenario: str = "my_way_home"):
+        require_simulator("vizdoom", "ViZDoom", "vizdoom>=1.2")
         from icrl_jax.envs.host import vizdoom as vd
         if scenario not in vd.SCENARIOS:
-            raise ValueError(f"env.kwargs.scenario must be one of {vd.SCENARIOS}, got {scenario!r}")
+            raise UserError(f"env.kwargs.scenario must be one of {vd.SCENARIOS}, got {scenario!r}")
         self.scenario = scenario
         self.observation_shape = tuple(vd.OBS_SHAPE)
         self._action_dims = tuple(int(d) for d in vd.action_nvec(scenario))

@@ -38,6 +38,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from icrl_jax.core.errors import UserError
+from icrl_jax.core.files import write_json
 
 
 class CheckpointMismatchError(UserError):
@@ -46,6 +47,10 @@ class CheckpointMismatchError(UserError):
 
 class CorruptCheckpointError(UserError):
     """A checkpoint whose files cannot be read (truncated, overwritten, missing)."""
+
+
+class MissingCheckpointError(UserError, FileNotFoundError):
+    """No checkpoint where one is needed (evaluating a run that was never trained)."""
 
 
 #: Tensorstore status codes that mean the bytes on disk are damaged or missing. Not
@@ -145,8 +150,8 @@ class Checkpointer:
         newest, which would otherwise lose the rest of a run without a word."""
         step = int(np.max(np.asarray(state.step)))
         if jax.process_index() == 0:  # orbax itself coordinates the processes' array writes
-            with open(self.signature_path, "w") as f:
-                json.dump(self._full_signature(state), f, indent=1, sort_keys=True)
+            write_json(self.signature_path, self._full_signature(state), indent=1,
+                       sort_keys=True)
         if not self.manager.save(step, args=ocp.args.StandardSave(state)):
             raise RuntimeError(f"orbax did not save checkpoint {self.directory}/{step}: steps up "
                                f"to {self.latest_step()} are already there")
@@ -176,16 +181,16 @@ class Checkpointer:
         """Checkpoint `step` (default: the newest) restored into the structure, shapes, dtypes
         and shardings of `like`.
 
-        Raises FileNotFoundError without that checkpoint, CheckpointMismatchError when another
-        model wrote it, CorruptCheckpointError (naming `directory/step`) when its files are
-        damaged; other errors (out of memory, ...) propagate unchanged."""
+        Raises MissingCheckpointError (a FileNotFoundError) without that checkpoint,
+        CheckpointMismatchError when another model wrote it, CorruptCheckpointError (naming
+        `directory/step`) when its files are damaged; other errors (out of memory, ...) propagate unchanged."""
         steps = self.manager.all_steps()
         step = self.latest_step() if step is None else int(step)
         if step is None:
-            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+            raise MissingCheckpointError(f"no checkpoint in {self.directory}")
         if step not in steps:
-            raise FileNotFoundError(f"no checkpoint {self.directory}/{step} (steps there: "
-                                    f"{sorted(steps)})")
+            raise MissingCheckpointError(f"no checkpoint {self.directory}/{step} (steps there: "
+                                         f"{sorted(steps)})")
         self._check_signature(like)
         step_dir = os.path.join(self.directory, str(step))
         reason = _structural_damage(step_dir)
@@ -244,4 +249,5 @@ class Checkpointer:
         self.manager.close()
 
 
-__all__ = ["Checkpointer", "CheckpointMismatchError", "CorruptCheckpointError"]
+__all__ = ["Checkpointer", "CheckpointMismatchError", "CorruptCheckpointError",
+           "MissingCheckpointError"]

@@ -8,9 +8,11 @@ pretrain-lm, pretrain-vq). `icrl-jax --help` lists them with their lines. Every 
 
 A run whose work directory already holds checkpoints resumes from the latest one.
 
-Bad input (an unknown command, config key, preset, method, environment or data source, a missing
-config file, a work directory holding another experiment) prints one line, `icrl-jax: <what is
-wrong>`, and exits with status 2; any other exception is a bug and keeps its traceback.
+Bad input (an unknown command, config key, preset, method, environment or data source, a config
+value breaking its declared constraint (`core/validation.py`), a missing config file, a work
+directory holding another experiment, nothing trained to evaluate) prints one line, `icrl-jax: <what is
+wrong>`, and exits with status 2 (README "Errors" lists what is checked); any other exception
+is a bug: it keeps its traceback, says so in a last line, and exits with status 1.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import traceback
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -183,6 +186,11 @@ def main() -> None:
     except UserError as e:
         print(f"icrl-jax: {e}", file=sys.stderr)
         sys.exit(2)
+    except Exception as e:  # not bad input: a bug, reported with its traceback
+        traceback.print_exc()
+        print(f"icrl-jax: internal error {type(e).__name__} (a bug, not your input: please report "
+              f"it with the command line and the traceback above)", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 import ml_collections
 
+from icrl_jax.core import validation as V
 from icrl_jax.core.errors import UnknownNameError, UserError, did_you_mean
 
 
@@ -35,6 +36,10 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         attention_dropout=0.0,
         normalize_qk=False,
         causal=True,
+        # Sliding-window attention: each token sees itself and the W - 1 before it (0 = all).
+        # With relative positions (rotary / none) in-context rollouts of any length decode one
+        # token a step from a ring of W key/value slots (methods/in_context.py).
+        attention_window=0,
         # N-gram induction-head layers (models/ngram.py): inserted after these many blocks each
         # (0 = before the first); empty = none. Each position gets the 1..ngram_max-gram layers.
         ngram_positions=(),
@@ -45,6 +50,26 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         activation="gelu_tanh",  # feed-forward: gelu_tanh (GPT-2) | gelu_exact | quick_gelu (CLIP)
     ))
 
+
+#: What the `model` fields take (core/validation.py). `finalize` raises `max_len` to
+#: `train.seq_len`, so the position table always covers a training window. The induction-head
+#: layers' fields are the paper's to check (its fields.py).
+MODEL_CONSTRAINTS = V.declare("model", (
+    V.positive_int("model.num_layers", 2), V.positive_int("model.d_model", 64),
+    V.positive_int("model.num_heads", 4), V.positive("model.mlp_ratio", 4),
+    V.boolean("model.pre_norm"), V.choice("model.position", ("learned", "rotary", "none")),
+    V.positive_int("model.max_len", 256),
+    V.fraction("model.embedding_dropout"), V.fraction("model.residual_dropout"),
+    V.fraction("model.attention_dropout"),
+    V.boolean("model.normalize_qk"), V.boolean("model.causal"),
+    V.non_negative_int("model.attention_window", 0),
+    V.positive("model.norm_epsilon", 1e-6),
+    V.choice("model.activation", ("gelu_tanh", "gelu_exact", "quick_gelu")),
+    V.relation(("model.d_model", "model.num_heads"),
+               "model.d_model must be divisible by model.num_heads (heads split the width)",
+               lambda d, h: d % h == 0,
+               lambda d, h: f"model.d_model={max(h, d // h * h)}"),
+))
 
 #: Hyperparameters that never change an array shape: the trainer traces them (`train`'s replica
 #: hyperparameters), so a random search over them is one program vmapped over its assignments.
@@ -75,6 +100,30 @@ def default_train_config() -> ml_collections.ConfigDict:
         scan_unroll=1,  # steps of the scanned training call unrolled per loop iteration
     ))
 
+
+#: What the `train` fields take (core/validation.py).
+TRAIN_CONSTRAINTS = V.declare("train", (
+    V.positive_int("train.num_steps", 2000), V.positive_int("train.batch_size", 64),
+    V.positive_int("train.seq_len", 100), V.positive_int("train.steps_per_call", 50),
+    V.positive("train.learning_rate", 3e-4), V.non_negative_int("train.warmup_steps", 100),
+    V.number("train.min_lr_ratio", 0.1, low=0, high=1), V.non_negative("train.weight_decay", 1e-4),
+    V.fraction("train.b1", 0.9), V.fraction("train.b2", 0.99), V.positive("train.grad_clip", 1.0),
+    V.positive_int("train.log_every", 50), V.positive_int("train.checkpoint_every", 500),
+    V.positive_int("train.keep_checkpoints", 2),
+    V.choice("train.compute_dtype", ("auto", "fp32", "bf16")),
+    V.positive_int("train.scan_unroll", 1), V.positive_int("train.prefetch", 2),
+    V.relation(("train.steps_per_call", "train.num_steps"),
+               "train.steps_per_call must be at most train.num_steps (steps fused in one call)",
+               lambda per_call, steps: per_call <= steps,
+               lambda per_call, steps: f"train.steps_per_call={steps}"),
+    # Several processes keep every device in the data mesh (core/train.py data_mesh); one
+    # process uses the most devices the batch divides over. A sweep splits replicas instead.
+    V.relation(("train.batch_size",),
+               "train.batch_size must divide over the devices of all processes",
+               lambda devices, batch: batch % devices == 0,
+               lambda devices, batch: f"train.batch_size={max(devices, batch // devices * devices)}",
+               needs="devices"),
+))
 
 def base_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
@@ -150,6 +199,55 @@ def base_config() -> ml_collections.ConfigDict:
     ))
     return config
 
+
+def _fits_tasks(env, num_train: int, num_test: int) -> bool:
+    """Whether the env has `num_train + num_test` tasks (unlimited ones, and a single-task host
+    simulator, which evaluates on its one task, always do)."""
+    total = env.num_tasks
+    if total is None or (env.host and total == 1):
+        return True
+    return num_train + num_test <= total
+
+
+#: What the other core sections take (core/validation.py). Registered names (method, env,
+#: data.source, data.builder) are checked where they are looked up, naming the nearest.
+BASE_CONSTRAINTS = V.declare("base", (
+    V.string("experiment", "my_experiment"), V.string("preset", "quick"), V.integer("seed", 0),
+    V.string("workdir", "runs/my_run"), V.string("method", "ad"),
+    V.string("env.name", "my_env"), V.non_negative_int("env.num_workers", 0),
+    V.string("data.source"), V.positive_int("data.num_train_tasks", 60),
+    V.non_negative_int("data.num_test_tasks", 20), V.positive_int("data.histories_per_task", 1),
+    V.positive_int("data.num_steps", 1000), V.integer("data.split_seed", 0),
+    V.string("data.path", "runs/histories.npz"), V.positive_int("data.subsample", 1),
+    V.string("data.builder", "histories"), V.string("data.dataset_id"),
+    V.string("data.minari_root"),
+    V.positive_int("eval.num_steps", 500), V.positive_int("eval.num_envs_per_task", 1),
+    V.boolean("eval.greedy"), V.positive("eval.temperature", 1.0),
+    V.non_negative_int("eval.context_caches", 0), V.integer("eval.seed", 1),
+    V.choice("eval.tasks", ("test", "train")), V.non_negative_int("eval.chunk_size", 0),
+    V.non_negative_int("eval.every", 0), V.positive_int("eval.final_window", 1),
+    V.subset("eval.baselines", ("source", "random", "expert"), "\"('source', 'random')\""),
+    V.string("report.kind", "seeds"), V.positive_int("report.num_seeds", 1),
+    V.string("report.label"),
+    V.boolean("run.generate"), V.boolean("run.evaluate"), V.boolean("run.progress"),
+    V.string("dist.coordinator", "host:1234"), V.non_negative_int("dist.num_processes", 0),
+    V.integer("dist.process_id", -1, minimum=-1), V.boolean("dist.cluster"),
+    V.positive("dist.timeout_s", 300),
+    V.boolean("log.wandb"), V.string("log.wandb_project", "icrl-jax"),
+    V.choice("log.wandb_mode", ("offline", "online", "disabled")),
+    V.relation(("eval.every", "train.steps_per_call"),
+               lambda every, per_call: f"eval.every must be a multiple of train.steps_per_call="
+               f"{per_call} (a training call ends only there)",
+               lambda every, per_call: every % per_call == 0,
+               lambda every, per_call: f"eval.every={max(1, round(every / per_call)) * per_call}"),
+    V.relation(("data.num_train_tasks", "data.num_test_tasks"),
+               lambda env, train, test: f"data.num_train_tasks + data.num_test_tasks = "
+               f"{train + test} must be at most the {env.num_tasks} tasks the env has",
+               lambda env, train, test: _fits_tasks(env, train, test),
+               lambda env, train, test: f"data.num_test_tasks={max(0, env.num_tasks - train)}"
+               if train < env.num_tasks else f"data.num_train_tasks={max(1, env.num_tasks - test)}",
+               needs="env"),
+))
 
 def cpu_preset(*, train_steps: int, batch_size: int, seq_len: int, learning_rate: float = 1e-3,
                d_model: int = 64, num_layers: int = 2, num_heads: int = 4,
@@ -229,14 +327,20 @@ def check_key(config: ml_collections.ConfigDict, dotted: str, *,
 def set_dotted(config: ml_collections.ConfigDict, dotted: str, value: Any) -> None:
     """Set `a.b.c` in a nested ConfigDict; `UnknownNameError` for keys that do not exist.
 
-    Keys of `*kwargs` dicts are free-form and may be added.
+    Keys of `*kwargs` dicts are free-form and may be added. A value of another type than the
+    field's (a string for an integer) is a `ConfigValueError` naming the key.
     """
     check_key(config, dotted)
     *parents, leaf = dotted.split(".")
     node = config
     for part in parents:
         node = node[part]
-    node[leaf] = value
+    try:
+        node[leaf] = value
+    except TypeError:  # ml_collections refuses a value of another type than the field's
+        raise V.ConfigValueError(
+            f"config {dotted}={value!r} must be a {type(node[leaf]).__name__} like its default; "
+            f"e.g. --config.{dotted}={node[leaf]!r}") from None
 
 
 def check_workdir(config: ml_collections.ConfigDict) -> None:

@@ -257,6 +257,11 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     `eval_rollouts/step_<step>.npz` for `params` of an earlier training `step`),
     `in_context_curves.png` and, for the final parameters only, the method's analysis (e.g.
     attention maps)."""
+    if params is None and T.latest_checkpoint_step(config.workdir) is None:
+        # Before the dataset is made: evaluating a run never trained needs nothing generated.
+        raise T.MissingCheckpointError(
+            f"no checkpoint to evaluate in {os.path.join(config.workdir, 'checkpoints')}; train "
+            f"first (icrl-jax train with the same --config)")
     env = build_env(config)
     method = build_method(config, env)
     rows = process_share(config, env)

@@ -32,7 +32,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from icrl_jax.core.checkpoints import Checkpointer, CheckpointMismatchError  # noqa: F401 (re-export)
+from icrl_jax.core.checkpoints import (Checkpointer, CheckpointMismatchError,  # noqa: F401 (re-export)
+                                      MissingCheckpointError)
 from icrl_jax.core.config import TRACED_HYPERPARAMETERS, default_train_config  # noqa: F401
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.core.distributed import is_main_process
@@ -463,7 +464,8 @@ def restore_params(method, data: TrainData, config, workdir: str, signature: dic
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), signature)
     try:
         if checkpointer.latest_step() is None:
-            raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints; train first")
+            raise MissingCheckpointError(f"no checkpoint to evaluate in {workdir}/checkpoints; "
+                                         f"train first (icrl-jax train with the same --config)")
         like = init_state(lambda _: (method, make_optimizer(config, trainable=method.trainable)),
                           data, jax.random.key(0))
         return checkpointer.restore(like).params
@@ -484,4 +486,4 @@ def latest_checkpoint_step(workdir: str) -> int | None:
 __all__ = ["TrainState", "TrainingDivergedError", "make_optimizer", "data_mesh",
            "gradient_step", "make_train_steps", "init_state", "train", "train_replicas",
            "replica_builder", "replica_hyperparameters", "restore_params",
-           "latest_checkpoint_step", "REPLICA_HYPERPARAMETERS"]
+           "latest_checkpoint_step", "MissingCheckpointError", "REPLICA_HYPERPARAMETERS"]

@@ -19,7 +19,10 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import time
+import zipfile
+import zlib
 from types import SimpleNamespace
 
 import jax
@@ -27,11 +30,12 @@ import numpy as np
 
 from icrl_jax.core import metrics as M
 from icrl_jax.data.histories import generate_histories
-from icrl_jax.data.history import load_history, save_history
+from icrl_jax.data.history import CorruptHistoryError, load_history, save_history
 from icrl_jax.data.pixel_store import PixelStore, PixelStoreWriter
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.data.sources import build_source
 from icrl_jax.core.errors import UserError
+from icrl_jax.core.files import write_json
 from icrl_jax.core.registry import Registry
 from icrl_jax.envs import split_tasks
 from icrl_jax.data.sources import Source
@@ -60,14 +64,22 @@ def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
     return split_tasks(env.num_tasks, data.num_train_tasks, data.split_seed, data.num_test_tasks)
 
 
+class DatasetShapeError(UserError):
+    """A dataset on disk made for another config (other task counts or history lengths)."""
+
+
 class Builder:
     """What every builder has: `path(config, env)`, `exists(path, env)`,
     `build(config, env, path)`, `open(config, env, path)`; one whose rows can be made in parts
-    overrides `num_rows`, and its `path`, `exists` and `build` take `rows` too."""
+    overrides `num_rows`, and its `path`, `exists` and `build` take `rows` too. `check` raises
+    a `DatasetShapeError` for an opened dataset that does not fit the config."""
 
     def num_rows(self, config, env) -> int | None:
         del config, env
         return None
+
+    def check(self, config, env, dataset, path: str, rows=None) -> None:
+        del config, env, dataset, path, rows
 
 
 class Histories(Builder):
@@ -96,8 +108,12 @@ class Histories(Builder):
         if rows is not None:  # a part of the rows another layout made is made again
             if not os.path.exists(path):
                 return False
-            with np.load(path) as f:
-                return json.loads(str(f["metadata"])).get("rows") == rows.indices
+            try:
+                with np.load(path) as f:
+                    return json.loads(str(f["metadata"])).get("rows") == rows.indices
+            except (zipfile.BadZipFile, zlib.error, OSError, ValueError, KeyError, EOFError) as e:
+                raise CorruptHistoryError(f"dataset {path} is unreadable ({type(e).__name__}: "
+                                          f"{str(e)[:160]})") from e
         return os.path.exists(os.path.join(path, "meta.json") if env.host else path)
 
     def build(self, config, env, path: str, rows=None) -> None:
@@ -148,8 +164,7 @@ class Histories(Builder):
                                        for f in os.listdir(path)),
                      first_episode_return=float(np.mean([r[0] for r in returns if len(r)])),
                      last_episode_return=float(np.mean([r[-1] for r in returns if len(r)])))
-        with open(os.path.join(path, "dataset.json"), "w") as f:
-            json.dump(stats, f, indent=1)
+        write_json(os.path.join(path, "dataset.json"), stats, indent=1)
         print(f"recorded {len(tasks)} histories x {num_steps} steps ({frames} frames) in "
               f"{seconds:.1f}s -> {path}; source return first episode "
               f"{stats['first_episode_return']:.2f}, last {stats['last_episode_return']:.2f}")
@@ -158,6 +173,23 @@ class Histories(Builder):
         if env.host:
             return PixelStore(path)
         return load_history(path)[0]
+
+    def check(self, config, env, dataset, path: str, rows=None) -> None:
+        """The histories' count and length are what the config makes (a dataset made for other
+        task counts or `data.num_steps` would train on data the config does not describe)."""
+        if env.host:
+            return
+        want = (len(rows.indices) if rows is not None else self.num_rows(config, env),
+                int(config.data.num_steps))
+        have = (int(dataset.num_histories), int(dataset.length))
+        if have != want:
+            data = config.data
+            raise DatasetShapeError(
+                f"dataset {path} holds {have[0]} histories x {have[1]} steps, but the config "
+                f"makes {want[0]} x {want[1]} (data.num_train_tasks={data.num_train_tasks} x "
+                f"data.histories_per_task={data.histories_per_task}, data.num_steps="
+                f"{data.num_steps}); it was made for another config: delete it, or pass "
+                f"another --config.data.path or --config.workdir")
 
 
 class Minari(Builder):
@@ -484,9 +516,26 @@ def generate(config, env, force: bool = False, rows: Rows | None = None) -> str:
     returns its path."""
     builder = builder_of(config)
     path = builder.path(config, env, *_args(rows))
-    if force or not builder.exists(path, env, *_args(rows)):
+    try:
+        present = builder.exists(path, env, *_args(rows))
+    except CorruptHistoryError as e:
+        set_aside(path, e)
+        present = False
+    if force or not present:
         builder.build(config, env, path, *_args(rows))
     return path
+
+
+def set_aside(path: str, error: Exception) -> str:
+    """Move an unreadable dataset file to `<path>.corrupt-<n>` (the first n free), saying so on
+    stderr, so that it is made again and the damaged bytes stay for a look. Returns the new path."""
+    n = 1
+    while os.path.exists(f"{path}.corrupt-{n}"):
+        n += 1
+    aside = f"{path}.corrupt-{n}"
+    os.replace(path, aside)
+    print(f"icrl-jax: {error}; moved it to {aside} and making it again", file=sys.stderr)
+    return aside
 
 
 def open_dataset(config, env, rows: Rows | None = None):
@@ -496,7 +545,16 @@ def open_dataset(config, env, rows: Rows | None = None):
     path = builder.path(config, env, *_args(rows))
     if not config.run.generate and not builder.exists(path, env, *_args(rows)):
         raise UserError(f"no dataset at {path} and run.generate=False")
-    return builder.open(config, env, generate(config, env, rows=rows))
+    path = generate(config, env, rows=rows)
+    try:
+        dataset = builder.open(config, env, path)
+    except CorruptHistoryError as e:  # damaged bytes (a copy cut short, a failing disk)
+        if not config.run.generate:
+            raise UserError(f"{e}; not made again since run.generate=False") from None
+        set_aside(path, e)
+        dataset = builder.open(config, env, generate(config, env, rows=rows))
+    builder.check(config, env, dataset, path, *_args(rows))
+    return dataset
 
 
 def dataset_returns(dataset) -> np.ndarray | None:

@@ -11,17 +11,31 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import zipfile
+import zlib
 from typing import Any
 
 import flax.struct
 import jax
 import numpy as np
 
+from icrl_jax.core.errors import UserError
+from icrl_jax.core.files import atomic_write
+
 FORMAT_VERSION = 1
 
 
-class HistoryFormatError(ValueError):
+class HistoryFormatError(UserError):
     """A dataset on disk or in memory whose arrays do not form a valid `History`."""
+
+
+class CorruptHistoryError(HistoryFormatError):
+    """A dataset file that cannot be read at all (truncated, overwritten): not a valid .npz."""
+
+
+#: What numpy and zipfile raise for a damaged .npz: no zip directory (truncated), a bad CRC or
+#: deflate stream (overwritten), an array header or size that does not match its bytes.
+_DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, KeyError, OSError)
 
 
 @flax.struct.dataclass
@@ -96,23 +110,31 @@ def save_history(path: str, history: History, metadata: dict[str, Any] | None = 
     """Write `history` to `path` (.npz) with JSON metadata (env name, config, ...)."""
     history = history.validate().to_numpy()
     meta = {"format_version": FORMAT_VERSION, **(metadata or {})}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, metadata=np.array(json.dumps(meta)),
-             **{f.name: getattr(history, f.name) for f in _fields()})
-    os.replace(tmp, path)  # atomic: a killed run never leaves half a dataset behind
+    with atomic_write(path, "wb") as out:  # a killed run never leaves half a dataset behind
+        np.savez(out, metadata=np.array(json.dumps(meta)),
+                 **{f.name: getattr(history, f.name) for f in _fields()})
 
 
 def load_history(path: str) -> tuple[History, dict[str, Any]]:
-    """Read a dataset written by `save_history`; raises `HistoryFormatError` on a bad file."""
+    """Read a dataset written by `save_history`; raises `HistoryFormatError` on a bad file
+    (`CorruptHistoryError` when its bytes are damaged: truncated, overwritten)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no history dataset at {path}")
-    with np.load(path, allow_pickle=False) as data:
-        missing = [f.name for f in _fields() if f.name not in data]
-        if missing:
-            raise HistoryFormatError(f"{path} is missing arrays {missing}; found {sorted(data.files)}")
-        history = History(**{f.name: data[f.name] for f in _fields()})
-        meta = json.loads(str(data["metadata"])) if "metadata" in data else {}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            missing = [f.name for f in _fields() if f.name not in data]
+            if missing:
+                raise HistoryFormatError(f"{path} is missing arrays {missing}; found "
+                                         f"{sorted(data.files)}")
+            history = History(**{f.name: np.asarray(data[f.name]) for f in _fields()})
+            meta = json.loads(str(data["metadata"])) if "metadata" in data else {}
+    except HistoryFormatError:
+        raise
+    except _DAMAGE as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise CorruptHistoryError(f"dataset {path} is unreadable ({type(e).__name__}: "
+                                  f"{str(e)[:160]})") from e
     try:
         history.validate()
     except HistoryFormatError as e:

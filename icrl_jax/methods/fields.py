@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from icrl_jax.core import validation as V
 from icrl_jax.core.config import base_config
 
 
@@ -40,6 +41,16 @@ def ad_model_fields() -> dict:
     )
 
 
+#: What AD's model fields take (core/validation.py).
+AD_CONSTRAINTS = V.declare("ad", (
+    V.fraction("model.label_smoothing", 0.0), V.boolean("model.grid_observations"),
+    V.boolean("model.episode_starts"), V.boolean("model.episode_returns"),
+    V.string("model.ngram_match", "transition"), V.string("model.vq_checkpoint"),
+    V.choice("model.observation_encoder", ("none", "cnn")),
+    V.int_tuple("model.encoder_channels", "'(32, 64, 64)'", nonempty=True),
+    V.positive_int("model.encoder_pool", 1), V.non_negative_int("model.encoder_dim", 0),
+))
+
 def ad_config(method: str = "ad") -> ml_collections.ConfigDict:
     """`base_config()` for an in-context method of the AD family: `config.method = method` and
     AD's model fields."""
@@ -64,3 +75,15 @@ def dt_model_config() -> ml_collections.ConfigDict:
         # Multiplies the returns-to-go (0: behaviour cloning without them, Uni[MASK]'s DT-BC).
         return_conditioned=1.0,  # the token LayerNorm's epsilon (CORL's DT: PyTorch's 1e-5)
     ))
+
+
+#: What the Decision Transformer's model fields take (core/validation.py).
+DT_CONSTRAINTS = V.declare("dt", (
+    V.choice("model.timestep_encoding", ("timestep", "position", "none")),
+    V.positive("model.max_timestep", 1000), V.positive("model.rtg_scale", 1.0),
+    V.choice("model.action_prediction", ("state", "autoregressive")),
+    V.int_tuple("model.cnn_channels", "'(32, 64, 64)'", nonempty=True),
+    V.positive_int("model.cnn_kernel", 4), V.positive_int("model.obs_pool", 1),
+    V.positive("model.embed_norm_epsilon", 1e-6),
+    V.number("model.return_conditioned", 1.0),
+))

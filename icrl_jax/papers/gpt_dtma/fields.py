@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from icrl_jax.core import validation as V
 from icrl_jax.methods.fields import dt_model_config
 
 
@@ -23,3 +24,13 @@ def gpt_dt_model_config() -> ml_collections.ConfigDict:
     config = dt_model_config()
     config.update(gpt_dt_fields())
     return config
+
+
+#: What GPT-DT's fields and the language model's `lm` section take (core/validation.py).
+GPT_DT_CONSTRAINTS = V.declare("gpt_dt", (
+    V.string("model.pretrained", "runs/gpt2_lm_quick/hf"), V.boolean("model.pretrained_architecture"),
+    V.boolean("model.mixture_of_attention"), V.non_negative("model.markov_penalty", 0.1),
+    V.boolean("model.freeze_attention"),
+    V.string("lm.corpus", "pydoc_topics"),
+    V.number("lm.validation_fraction", 0.05, low=0, high=1, low_open=True, high_open=True),
+))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from icrl_jax.core import validation as V
+
 
 def default_headless_config() -> dict:
     """Headless-AD fields to add to a `model` config (values: the paper's Bernoulli bandit)."""
@@ -16,3 +18,12 @@ def add_headless_fields(config: ml_collections.ConfigDict, **overrides) -> None:
     fields = dict(default_headless_config(), **overrides)
     for key, value in fields.items():
         config.model[key] = value
+
+
+#: What the Headless-AD fields take (core/validation.py).
+HEADLESS_CONSTRAINTS = V.declare("headless_ad", (
+    V.positive_int("model.action_embed_dim", 64), V.positive("model.tau", 1.34),
+    V.choice("model.loss", ("infonce", "mse")), V.boolean("model.prompt"),
+    V.choice("model.embeddings", ("orthonormal", "normal")),
+    V.integer("model.eval_embedding_seed", 0), V.boolean("model.reward_gated_actions"),
+))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from icrl_jax.core import validation as V
+
 
 def default_vq_config() -> ml_collections.ConfigDict:
     """The `vq` section (`papers/ngram/vq_pretrain.py`): the VQ-VAE whose 4x4 codes per frame the
@@ -25,3 +27,31 @@ def default_vq_config() -> ml_collections.ConfigDict:
         checkpoint_every=1000,
         eval_frames=4096,  # frames of the store whose codes vq.json describes
     ))
+
+
+#: What the n-gram layers' fields of the shared `model` section take (core/validation.py).
+NGRAM_CONSTRAINTS = V.declare("ngram", (
+    V.int_tuple("model.ngram_positions", "'(1,)'", minimum=0),
+    V.positive_int("model.ngram_max", 1), V.boolean("model.ngram_shuffle"),
+    V.boolean("model.ngram_latest"),
+    V.relation(("model.ngram_positions", "model.num_layers"),
+               "each of model.ngram_positions must be at most model.num_layers (a layer goes "
+               "after that many blocks)",
+               lambda positions, layers: all(p <= layers for p in positions),
+               lambda positions, layers: f"model.ngram_positions='({layers},)'"),
+))
+
+#: What the `vq` section takes (core/validation.py).
+VQ_CONSTRAINTS = V.declare("vq", (
+    V.positive_int("vq.num_codes", 64), V.positive_int("vq.code_dim", 32),
+    V.positive_int("vq.channels", 64), V.positive_int("vq.grid", 4), V.positive_int("vq.pool", 1),
+    V.non_negative("vq.beta", 0.25), V.positive_int("vq.num_steps", 5000),
+    V.positive_int("vq.batch_size", 128), V.positive("vq.learning_rate", 1e-3),
+    V.non_negative_int("vq.warmup_steps", 200), V.positive_int("vq.steps_per_call", 10),
+    V.positive_int("vq.log_every", 100), V.positive_int("vq.checkpoint_every", 1000),
+    V.positive_int("vq.eval_frames", 4096),
+    V.relation(("vq.steps_per_call", "vq.num_steps"),
+               "vq.steps_per_call must be at most vq.num_steps",
+               lambda per_call, steps: per_call <= steps,
+               lambda per_call, steps: f"vq.steps_per_call={steps}"),
+))

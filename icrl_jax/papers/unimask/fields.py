@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from icrl_jax.core import validation as V
+
 
 def unimask_model_config() -> ml_collections.ConfigDict:
     """The Uni[MASK] fields of `config.model` (`papers/unimask/method.py`)."""
@@ -17,3 +19,13 @@ def unimask_model_config() -> ml_collections.ConfigDict:
         mlp_layers=3,  # MLP baseline: hidden layers and their width
         mlp_width=128,
     ))
+
+
+#: What the Uni[MASK] fields take (core/validation.py); `model.regime` is checked against the
+#: registered masking schemes where it is looked up.
+UNIMASK_CONSTRAINTS = V.declare("unimask", (
+    V.choice("model.backbone", ("transformer", "mlp")), V.string("model.regime", "random"),
+    V.non_negative("model.action_weight", 1.0), V.non_negative("model.state_weight", 1.0),
+    V.positive("model.rtg_scale", 10.0), V.positive("model.max_timestep", 10.0),
+    V.positive_int("model.mlp_layers", 3), V.positive_int("model.mlp_width", 128),
+))

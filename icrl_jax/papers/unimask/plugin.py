@@ -1,3 +1,3 @@
 """Registers Uni[MASK]'s parts: its method and the `grid` report."""
 
-from icrl_jax.papers.unimask import grid, method  # noqa: F401
+from icrl_jax.papers.unimask import fields, grid, method  # noqa: F401
