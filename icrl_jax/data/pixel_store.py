@@ -26,6 +26,7 @@ import threading
 
 import jax
 import numpy as np
+from icrl_jax.core.files import write_json
 from icrl_jax.data.dataset import StepWindows
 
 FORMAT = "icrl-jax-pixel-store"
@@ -87,10 +88,7 @@ class PixelStoreWriter:
         self._flush()
         meta = {"format": FORMAT, "version": 1, "obs_shape": list(self.obs_shape),
                 "action_shape": list(self.action_shape), "chunks": self.chunks}
-        tmp = os.path.join(self.dir, "meta.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(meta, f)
-        os.replace(tmp, os.path.join(self.dir, "meta.json"))  # the store exists once complete
+        write_json(os.path.join(self.dir, "meta.json"), meta)  # the store exists once complete
 
     def __enter__(self):
         return self

@@ -23,6 +23,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from icrl_jax.core.files import write_json, write_text
 from icrl_jax.core import run as R
 from icrl_jax.core.config import set_dotted
 from icrl_jax.core.errors import UserError
@@ -109,11 +110,9 @@ def run_columns(config) -> dict[str, str]:
         _plot_training_curves(curves, os.path.join(config.workdir, "curves.png"),
                               ylabel=metrics[0], every=int(config.eval.every),
                               title=f"{config.experiment} ({target})")
-    with open(os.path.join(config.workdir, "table.json"), "w") as f:
-        json.dump(table, f, indent=1)
+    write_json(os.path.join(config.workdir, "table.json"), table, indent=1)
     path = os.path.join(config.workdir, "table.md")
-    with open(path, "w") as f:
-        f.write(format_table(table, metrics))
+    write_text(path, format_table(table, metrics))
     print(format_table(table, metrics))
     return dict(table=path)
 

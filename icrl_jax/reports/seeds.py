@@ -28,6 +28,7 @@ matplotlib.use("Agg")  # headless: CI and remote machines have no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from icrl_jax.core.files import write_json, write_text
 from icrl_jax.core import run as R  # noqa: E402
 from icrl_jax.core.config import saved_config  # noqa: E402
 from icrl_jax.core.errors import UserError  # noqa: E402
@@ -161,10 +162,8 @@ def write_seed_report(paths: list[str], out: str) -> dict[str, str]:
             f"parentheses); baselines averaged over the runs. Curves over the first "
             f"{summary['episodes']} points (every run reached them).\n\n"
             + seeds_table(summary) + "\n")
-    with open(written["table"], "w") as f:
-        f.write(text)
-    with open(written["json"], "w") as f:
-        json.dump(summary, f, indent=1)
+    write_text(written["table"], text)
+    write_json(written["json"], summary, indent=1)
     regret = any("model_final_regret" in g["scores"] for g in summary["groups"].values())
     plot_seed_curves(summary, written["curves"], regret=regret)
     print(text)

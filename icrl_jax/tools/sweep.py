@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from icrl_jax.core.files import write_json
 from icrl_jax import envs
 from icrl_jax.core import metrics as M
 from icrl_jax.core import train as T
@@ -176,8 +177,7 @@ def _check_fingerprint(config) -> None:
                                  f"{k}: {saved.get(k)!r} (saved) vs {current.get(k)!r}"
                                  for k in diff))
     else:
-        with open(path, "w") as f:
-            json.dump(current, f, indent=1, sort_keys=True)
+        write_json(path, current, indent=1, sort_keys=True)
 
 
 def _rollout_scores(config, env, policies, test_ids) -> dict[str, float]:
@@ -204,8 +204,7 @@ def _baselines(config, env, test_ids) -> dict[str, float]:
     out = {k: v for k, v in _rollout_scores(config, env, policies, test_ids).items()
            if not k.endswith("_curve")}
     out["metric_version"] = METRIC_VERSION
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    write_json(path, out, indent=1)
     return out
 
 
@@ -370,8 +369,7 @@ def emp_of(workdir: str, score: str = "model_last_episode_return") -> dict[str, 
 def write_emp(workdir: str, score: str = "model_last_episode_return") -> dict[str, Any]:
     """`emp.json` and `emp.png` of one sweep."""
     emp = emp_of(workdir, score)
-    with open(os.path.join(workdir, "emp.json"), "w") as f:
-        json.dump(emp, f, indent=1)
+    write_json(os.path.join(workdir, "emp.json"), emp, indent=1)
     plot_emp({os.path.basename(os.path.normpath(workdir)): emp}, os.path.join(workdir, "emp.png"),
              _references(emp))
     return emp
@@ -463,6 +461,5 @@ def compare_sweeps(workdirs: Sequence[str], out: str, labels: Sequence[str] | No
                                   optimal_last_episode_return=optimal))
     plot_emp(curves, os.path.join(out, "emp_compare.png"),
              references if score == "model_last_episode_return" else None)
-    with open(os.path.join(out, "emp_compare.json"), "w") as f:
-        json.dump(dict(summary, curves=curves), f, indent=1)
+    write_json(os.path.join(out, "emp_compare.json"), dict(summary, curves=curves), indent=1)
     return summary

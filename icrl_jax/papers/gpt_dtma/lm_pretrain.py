@@ -17,7 +17,6 @@ trained model next to those of its random initialisation.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -25,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icrl_jax.core.files import write_json
 from icrl_jax.core import train as T
 from icrl_jax.papers.gpt_dtma.markov_heads import markov_heads, random_basis_ratio
 from icrl_jax.data.train_data import on_device
@@ -116,8 +116,7 @@ def pretrain(config) -> dict[str, Any]:
         r2_of_an_aligned_head_in_a_random_basis=round(
             random_basis_ratio(cfg.n_embd // cfg.n_head), 3),
         markov_heads_random_init=markov_heads(initial["transformer"]))
-    with open(os.path.join(config.workdir, "lm.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(os.path.join(config.workdir, "lm.json"), result, indent=1)
     found = [(h["layer"], h["head"], h["r2"]) for h in result["markov_heads_trained"]
              if h["markov"]]
     print(f"validation {result['validation_bits_per_byte']} bits/byte; Markov heads "

@@ -20,13 +20,13 @@ for a language-initialised model, the attention before and after fine-tuning (Fi
 
 from __future__ import annotations
 
-import json
 import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icrl_jax.core.files import write_json
 from icrl_jax.core.errors import UserError
 from icrl_jax.data.trajectories import Trajectories
 from icrl_jax.methods import register
@@ -165,8 +165,7 @@ class GPTDecisionTransformer(DecisionTransformer):
             result["gate_importance"] = gate.round(5).tolist()
             if self.pretrained:
                 result["g_markov"] = round(float((gate * self.markov).sum()), 5)
-        with open(os.path.join(config.workdir, "heads.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(os.path.join(config.workdir, "heads.json"), result, indent=1)
         plot_head_importance(importance, self.markov if self.pretrained else finetuned,
                              os.path.join(config.workdir, "head_importance.png"),
                              f"{config.experiment} ({self.label(config)}): ||o - o_-i||")

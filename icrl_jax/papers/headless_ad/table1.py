@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from icrl_jax.core.files import write_text
 from icrl_jax.core.config import saved_config  # noqa: E402
 from icrl_jax.core.errors import UserError  # noqa: E402
 from icrl_jax.core.metrics import format_mean_sem  # noqa: E402
@@ -209,8 +210,7 @@ def write_report(paths: list[str], out: str) -> dict[str, str]:
             "arms used are averaged over each environment's evaluation variants.\n\n"
             + table1(collected) + "\n\n## Per variant\n" + variant_table(collected) + "\n")
     written["table"] = os.path.join(out, "table1.md")
-    with open(written["table"], "w") as f:
-        f.write(text)
+    write_text(written["table"], text)
     for family in sorted(collected["curves"]):
         if family.split(" -> ")[-1] not in ("Bandit", "Contextual"):
             continue

@@ -9,7 +9,6 @@ num_seeds=<training seeds>). Each seed's evaluation goes to `seed_<i>/variants.j
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
@@ -18,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icrl_jax.core.files import write_json
 from icrl_jax import envs
 from icrl_jax.core import metrics as M
 from icrl_jax.core import run as R
@@ -86,8 +86,7 @@ def evaluate_variants(config, params=None) -> dict[str, Any]:
                    variants=results)
     if not is_main_process():
         return summary
-    with open(os.path.join(config.workdir, "variants.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    write_json(os.path.join(config.workdir, "variants.json"), summary, indent=1)
     return summary
 
 

@@ -5,7 +5,6 @@ elsewhere (e.g. by an APPO agent, as in the paper) imported into one.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -13,6 +12,7 @@ import time
 import jax
 import numpy as np
 
+from icrl_jax.core.files import write_json
 from icrl_jax.data.builders import BUILDERS, Builder
 from icrl_jax.data.pixel_store import PixelStoreWriter
 from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
@@ -83,8 +83,7 @@ def record_expert_dataset(directory: str, scenario: str, num_steps: int, num_env
                 bytes=int(size), mean_return=float(returns_arr.mean()),
                 max_return=float(returns_arr.max()), min_return=float(returns_arr.min()),
                 mean_length=float(np.mean(lengths)), max_length=int(np.max(lengths)))
-    with open(os.path.join(directory, "dataset.json"), "w") as f:
-        json.dump(info, f, indent=1)
+    write_json(os.path.join(directory, "dataset.json"), info, indent=1)
     return info
 
 
@@ -100,8 +99,7 @@ def import_episodes_to_store(episodes_dir: str, directory: str, chunk_steps: int
     info = dict(scenario=scenario, steps=int(sum(len(ep["rewards"]) for ep in episodes)),
                 episodes=len(episodes), imported_from=os.path.abspath(episodes_dir),
                 mean_return=float(np.mean(returns)) if returns else None)
-    with open(os.path.join(directory, "dataset.json"), "w") as f:
-        json.dump(info, f, indent=1)
+    write_json(os.path.join(directory, "dataset.json"), info, indent=1)
     return info
 
 

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from icrl_jax.core.files import write_json
 from icrl_jax.core.config import default_train_config
 from icrl_jax.data.builders import dataset_path
 from icrl_jax.data.pixel_store import FramesLoader, PixelStore
@@ -222,8 +223,7 @@ def pretrain_vq(config, env, store, stop_at: int | None = None) -> dict[str, Any
                    num_codes=model.num_codes, **stats)
     if is_main_process():
         save_vq(path, model, params)
-        with open(os.path.join(path, SUMMARY), "w") as f:
-            json.dump(summary, f, indent=1)
+        write_json(os.path.join(path, SUMMARY), summary, indent=1)
     if jax.process_count() > 1:  # the others read the files only once they exist
         from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices("icrl_jax: vq pretrained")

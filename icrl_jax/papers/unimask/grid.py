@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from icrl_jax.core.files import atomic_write, write_json, write_text
 from icrl_jax.core import run as R
 from icrl_jax.core import train as T
 from icrl_jax.data.builders import task_split
@@ -177,7 +178,8 @@ class _Group:
                     for key, value in params.items():
                         pick = better.reshape((-1,) + (1,) * (value.ndim - 1))
                         best[key] = np.where(pick, value, best[key])
-                np.savez(path, **best)
+                with atomic_write(path, "wb") as out:
+                    np.savez(out, **best)
                 bar.update(stop - bar.n)
                 bar.set_postfix(val=f"{float(np.mean(best['score'])):.3f}")
         finally:
@@ -423,8 +425,7 @@ def run_returns(config, dataset, env) -> dict[str, Any]:
                validation_losses={r: best["losses"][i * num_seeds:(i + 1) * num_seeds].tolist()
                                   for i, r in enumerate(regimes)},
                table=table, per_seed=results)
-    with open(os.path.join(config.workdir, "returns.json"), "w") as f:
-        json.dump(out, f, indent=1)
+    write_json(os.path.join(config.workdir, "returns.json"), out, indent=1)
     _plot_returns(table, data_returns, os.path.join(config.workdir, "returns.png"))
     return out
 
@@ -588,8 +589,7 @@ def write_heatmaps(result: dict[str, Any], workdir: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(os.path.join(workdir, "heatmap.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(os.path.join(workdir, "heatmap.json"), result, indent=1)
     tasks, rows = result["tasks"], result["rows"]
     for kind, values, fname in (("normalised", result.get("normalised"), "heatmap.png"),
                                 ("raw", result["mean"], "heatmap_raw.png")):
@@ -677,8 +677,7 @@ def data_size_report(paths: list[str], out: str) -> dict[str, str]:
     written = dict(json=os.path.join(out, "data_sizes.json"),
                    figure=os.path.join(out, "data_sizes.png"),
                    table=os.path.join(out, "data_sizes.md"))
-    with open(written["json"], "w") as f:
-        json.dump(table, f, indent=1)
+    write_json(written["json"], table, indent=1)
     tasks, sizes = table["tasks"], np.asarray(table["sizes"], float)
     fig, axes = plt.subplots(2, 4, figsize=(16, 7), squeeze=False)
     for ax, task in zip(axes.ravel(), tasks):
@@ -707,8 +706,7 @@ def data_size_report(paths: list[str], out: str) -> dict[str, str]:
     fig.savefig(written["figure"], dpi=110)
     plt.close(fig)
     text = _data_size_markdown(table)
-    with open(written["table"], "w") as f:
-        f.write(text)
+    write_text(written["table"], text)
     print(text)
     return written
 
