@@ -221,6 +221,9 @@ class MultiHeadAttention(nn.Module):
     use_bias: bool = True  # biases of the qkv and output projections
     rotary_base: float = 10000.0
     rotary_table_dtype: str = "float32"  # see `rotary_embedding`
+    #: Grouped-query attention (Llama 2/3, SmolLM2): this many key/value heads, each shared by
+    #: num_heads / num_kv_heads query heads; 0 = one per query head (a fused qkv projection).
+    num_kv_heads: int = 0
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
@@ -248,9 +251,21 @@ class MultiHeadAttention(nn.Module):
         if d_model % self.num_heads:
             raise ValueError(f"model width {d_model} is not divisible by num_heads={self.num_heads}")
         head_dim = d_model // self.num_heads
-        qkv = nn.DenseGeneral((3, self.num_heads, head_dim), use_bias=self.use_bias,
-                              dot_general=dense_dot_general, name="qkv")(x)
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (B, T, H, Dh)
+        groups = self.num_kv_heads or self.num_heads
+        if self.num_heads % groups:
+            raise ValueError(f"num_heads={self.num_heads} is not a multiple of "
+                             f"num_kv_heads={self.num_kv_heads}")
+        if groups == self.num_heads:
+            qkv = nn.DenseGeneral((3, self.num_heads, head_dim), use_bias=self.use_bias,
+                                  dot_general=dense_dot_general, name="qkv")(x)
+            q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (B, T, H, Dh)
+        else:
+            q = nn.DenseGeneral((self.num_heads, head_dim), use_bias=self.use_bias,
+                                dot_general=dense_dot_general, name="q")(x)
+            kv = nn.DenseGeneral((2, groups, head_dim), use_bias=self.use_bias,
+                                 dot_general=dense_dot_general, name="kv")(x)
+            # Query head h reads key/value head h // (H / groups), as Llama's repeat_kv.
+            k, v = (jnp.repeat(kv[:, :, i], self.num_heads // groups, axis=2) for i in (0, 1))
         if self.normalize_qk:
             q = nn.LayerNorm(name="q_norm")(q)
             k = nn.LayerNorm(name="k_norm")(k)

@@ -107,6 +107,7 @@ class Block(nn.Module):
     attention_bias: bool = True
     rotary_base: float = 10000.0
     rotary_table_dtype: str = "float32"
+    num_kv_heads: int = 0
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
@@ -119,7 +120,7 @@ class Block(nn.Module):
                                        use_bias=self.attention_bias,
                                        rotary_base=self.rotary_base,
                                        rotary_table_dtype=self.rotary_table_dtype,
-                                       name="attention")
+                                       num_kv_heads=self.num_kv_heads, name="attention")
         dropout = Dropout(self.residual_dropout)
         norm1 = make_norm(self.norm, self.norm_epsilon, "norm1")
         norm2 = make_norm(self.norm, self.norm_epsilon, "norm2")
@@ -185,6 +186,15 @@ class Transformer(nn.Module):
     # dtype the RoPE cos / sin tables are rounded to before use: float32 (no rounding), or
     # bfloat16 as TinyLlama's cache (the Headless-AD authors' model) holds them.
     rotary_table_dtype: str = "float32"
+    #: Grouped-query attention: key/value heads, each shared by num_heads / num_kv_heads query
+    #: heads (0 = one per query head).
+    num_kv_heads: int = 0
+    #: Sliding-window attention: each token attends to itself and the W - 1 tokens before it
+    #: (and to the whole prefix the caller names with `causal_from`, such as Headless-AD's
+    #: action-set prompt); 0 = no window. With relative positions (position="rotary" or "none")
+    #: a ring of W key/value slots then decodes a sequence of any length exactly as the full
+    #: pass computes it (`ring_cache_mask`).
+    attention_window: int = 0
 
     @classmethod
     def from_config(cls, config, **overrides) -> "Transformer":
@@ -306,7 +316,7 @@ class Transformer(nn.Module):
                 norm=self.norm, mlp_type=self.mlp_type, mlp_hidden=self.mlp_hidden,
                 mlp_bias=self.mlp_bias, attention_bias=self.attention_bias,
                 rotary_base=self.rotary_base, rotary_table_dtype=self.rotary_table_dtype,
-                name=f"block_{i}")(
+                num_kv_heads=self.num_kv_heads, name=f"block_{i}")(
                 x, mask, positions, deterministic, return_attention,
                 None if cache is None else cache.blocks[i], cache_index,
                 None if head_scale is None else head_scale[i], causal_from)
