@@ -133,3 +133,13 @@ def test_smollm2_predicts_english_as_a_small_language_model_does():
         cfg, params, tokenizer.encode(shuffled).ids)
     assert real < 40.0, real
     assert scrambled > 3 * real, (real, scrambled)
+
+
+def test_markov_heads_read_grouped_query_attention_as_its_repeated_keys():
+    from icrl_jax.papers.gpt_dtma.markov_heads import attention_head_matrices, head_matrices
+
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(8, 4, 2)), rng.normal(size=(8, 2, 2)), rng.normal(size=(8, 2, 2))
+    fused = np.stack([q, np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)], axis=1)
+    grouped = {"q": {"kernel": q}, "kv": {"kernel": np.stack([k, v], axis=1)}}
+    np.testing.assert_allclose(attention_head_matrices(grouped), head_matrices(fused))
