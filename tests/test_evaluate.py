@@ -346,3 +346,141 @@ def test_headless_ad_staggered_caches_keep_the_action_set_prompt(prompt):
     lengths = assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
         policy, params, windows, 2)
     assert lengths == set(range(CONTEXT // 2 + 1, CONTEXT + 1))
+
+
+def assert_ring_logits_equal_the_trained_computation(policy, params, windows, window: int,
+                                                     num_layers: int):
+    """Teacher-forces `windows` `(B, T)`, T beyond the context, through the windowed policy's
+    `decode_step` one step at a time (a ring of `window` slots) and checks each step's logits
+    against (a) the full forward pass over the whole sequence with the sliding-window mask and
+    (b) what training computes on a training window of the model's reach, num_layers x
+    (window - 1) + 1 steps (each layer looks W - 1 steps further back), that ends at the step
+    (or starts the rollout)."""
+    method = policy.method
+    reach = num_layers * (window - 1) + 1
+    batch, steps = windows.prev_actions.shape
+    assert policy.cached and policy.windowed and policy.cache_slots == window < steps
+    cache = method.decode_init(params, steps_of(windows, 0, 1), policy.cache_slots)
+    context = CachedContext(cache, jnp.zeros((), jnp.int32),
+                            jax.vmap(lambda _: PreviousStep.first(0))(jnp.arange(batch)))
+
+    @jax.jit
+    def decode(context, step):
+        logits, context = policy.decode_step(params, context, step)
+        return logits, policy.record_step(context, jnp.int32(0), jnp.float32(0), jnp.bool_(False))
+
+    whole = method.context_logits(params, windows, None)  # (B, T, A), windowed attention
+    trained = jax.jit(lambda w: method.context_logits(params, w, None))
+    available = np.asarray(windows.action_mask)[:, None]
+    decoded = []
+    for t in range(steps):
+        logits, context = decode(context, steps_of(windows, t, t + 1))
+        decoded.append(logits[:, 0])
+        start = max(0, t - reach + 1)
+        expected = trained(steps_of(windows, start, start + reach))[:, t - start]
+        np.testing.assert_allclose(np.where(available[:, 0], logits[:, 0], 0),
+                                   np.where(available[:, 0], expected, 0), rtol=1e-5, atol=1e-5,
+                                   err_msg=f"step {t}")
+    decoded = np.stack(decoded, 1)
+    np.testing.assert_allclose(np.where(available, decoded, 0), np.where(available, whole, 0),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("position,window", [("rotary", CONTEXT), ("none", CONTEXT),
+                                             ("rotary", CONTEXT // 2)])
+def test_ad_with_an_attention_window_decodes_any_rollout_from_a_ring(position, window):
+    """AD trained with a sliding attention window and relative positions: a rollout three
+    contexts long decodes one token a step from a ring of W slots, and every step's logits are
+    the full pass's over the whole rollout and the training computation's over its last
+    num_layers x (W - 1) + 1 steps; learned positions or n-gram layers keep the recomputed
+    window."""
+    env = envs.make("darkroom")
+    config = default_transformer_config()
+    config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
+                       label_smoothing=0.0, position=position, attention_window=window))
+    method = AD(config, env.num_actions, env.num_observations, grid_size=9)
+    steps = 4 * CONTEXT + 5
+    windows = to_step_windows(generate_histories(env, envs_random(),
+                                                 env.task_params(np.array([3, 40])), steps,
+                                                 jax.random.PRNGKey(0)))
+    params = method.init(jax.random.PRNGKey(1), steps_of(windows, 0, CONTEXT))
+    params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(4), x.shape),
+                          params)
+    policy = in_context_source(method, params, env, CONTEXT, greedy=False,
+                               max_steps=steps).build
+    assert_ring_logits_equal_the_trained_computation(policy, params, windows, window, 2)
+    for other in (dict(position="learned"), dict(ngram_positions=(1,))):
+        config = default_transformer_config()
+        config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
+                           label_smoothing=0.0, position=position, attention_window=window))
+        config.update(other)
+        unwindowed = AD(config, env.num_actions, env.num_observations)
+        assert not in_context_source(unwindowed, {}, env, CONTEXT, False,
+                                     max_steps=steps).build.cached
+
+
+@pytest.mark.parametrize("prompt,position", [(True, "none"), (False, "rotary")])
+def test_headless_ad_with_an_attention_window_decodes_any_rollout_from_a_ring(prompt, position):
+    """Headless-AD with a sliding window: the action-set prompt stays in front of a ring of W
+    step slots, and each step's logits are the full windowed pass's and the training window's
+    (the prompt stays visible in both). With rotary positions the prompt sits at position 0, so
+    its distance to a step grows past the window: such a model recomputes the window."""
+    from icrl_jax.envs.bandits import BernoulliBandit
+    from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
+
+    env = BernoulliBandit(arms=5, max_arms=6, seed=0)
+    config = default_transformer_config()
+    config.update(dict(d_model=32, num_layers=2, num_heads=2, max_len=32, label_smoothing=0.0,
+                       position=position, attention_window=CONTEXT))
+    for key, value in dict(default_headless_config(), action_embed_dim=16, tau=1.0,
+                           prompt=prompt).items():
+        config[key] = value
+    method = HeadlessAD(config, num_observations=1)
+    rotary_prompt = config.copy_and_resolve_references()
+    rotary_prompt.update(dict(position="rotary", prompt=True))
+    rotary_prompt = HeadlessAD(rotary_prompt, num_observations=1)
+    assert rotary_prompt.decode_window == 0
+    steps = 4 * CONTEXT + 2
+    windows = to_step_windows(generate_histories(env, envs_random(), env.task_params(np.arange(2)),
+                                                 steps, jax.random.PRNGKey(0)))
+    params = method.eval_params(method.init(jax.random.PRNGKey(1), steps_of(windows, 0, CONTEXT)),
+                                jax.random.PRNGKey(2), env)
+    policy = in_context_source(method, params, env, CONTEXT, greedy=False, max_steps=steps).build
+    assert_ring_logits_equal_the_trained_computation(policy, params, windows, CONTEXT, 2)
+
+
+def test_chunked_evaluation_equals_unchunked_for_every_policy(capsys, monkeypatch):
+    """`run_policies` over 7 envs in chunks of at most 3 (3 equal chunks, the last padded) gives
+    exactly the rollouts of one call, for the trained model (a windowed AD from its ring cache,
+    and one recomputing its window), the data's source and the random baseline; the progress
+    bars count every env-step of every policy, one update per chunk."""
+    from icrl_jax.data import sources as S
+    from icrl_jax.data.rollout import run_policies
+
+    monkeypatch.delenv("CI", raising=False)  # bars are off on CI without a terminal
+    env = envs.make("darkroom")
+    steps = CONTEXT + 8
+    tasks = env.task_params(np.arange(7))
+    probe = to_step_windows(generate_histories(env, envs_random(), tasks, CONTEXT,
+                                               jax.random.PRNGKey(0)))
+    policies = {}
+    for name, position, window in (("ring", "rotary", CONTEXT // 2),
+                                   ("window", "learned", 0)):
+        method = tiny_ad(env, position=position, attention_window=window)
+        params = method.init(jax.random.PRNGKey(1), probe)
+        policies[name] = in_context_source(method, params, env, CONTEXT, False, max_steps=steps)
+    assert policies["ring"].build.cached and not policies["window"].build.cached
+    policies.update(source=S.build_source("grid_explorer", env, steps, {"eps": 0.1}),
+                    random=S.uniform_random())
+    key = jax.random.PRNGKey(5)
+    whole = run_policies(env, policies, tasks, steps, key)
+    chunked = run_policies(env, policies, tasks, steps, key, chunk_size=3, show_progress=True)
+    for name in policies:
+        for field in ("rewards", "dones", "actions", "terminated"):
+            np.testing.assert_array_equal(chunked[name][field], whole[name][field],
+                                          err_msg=f"{name} {field}")
+        assert len(np.unique(whole[name]["actions"])) > 1
+    err = capsys.readouterr().err
+    for name in policies:
+        assert f"rollout {name}: 7 envs x {steps} steps" in err
+    assert f"{7 * steps}/{7 * steps}" in err

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -95,7 +95,8 @@ def _generate(env, source, num_steps: int, with_info: bool, with_state: bool, ke
 
 def generate_histories(env, source: Source, params: Any, num_steps: int, key: jax.Array, *,
                        task_ids=None, chunk_size: int | None = None, with_info: bool = False,
-                       with_state: bool = False, fast_rng: bool = True):
+                       with_state: bool = False, fast_rng: bool = True,
+                       on_chunk: Callable[[int], None] | None = None):
     """Run `source` on every task in `params` for `num_steps` steps and record the histories.
 
     Args:
@@ -107,9 +108,9 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
       key: PRNG key; history n uses `split(key, N)[n]`, so chunking does not change results.
         Or `(N,)` keys, one per history (a subset of a larger split: a process's share).
       task_ids: int `(N,)` recorded in the History (default `arange(N)`).
-      chunk_size: tasks per jitted call (memory/cache bound; default: all N); rounded up to a
-        multiple of the local devices, over which each call is sharded; the last chunk is
-        padded, so one trace.
+      chunk_size: most tasks per jitted call (memory/cache bound; default: all N): the N tasks
+        go in ceil(N / chunk_size) equal chunks, each rounded up to a multiple of the local
+        devices, over which each call is sharded; the last chunk is padded, so one trace.
       with_info: also return per-step info `(N, T)` arrays; for bandits `expected_reward` of
         the chosen arm and `optimal_expected_reward` (regret = their difference, summed); for
         episodic envs `final_observations` `(N, T, *obs_shape)`, the observation after each step
@@ -118,6 +119,8 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
       with_state: also return each env's final policy state as `info["policy_state"]`.
       fast_rng: trace with non-partitionable threefry (2-3x faster bits on CPU; it only changes
         which random numbers a key yields, not their distribution).
+      on_chunk: called with each chunk's number of tasks once that chunk's rollout is done
+        (progress: one host round trip per chunk, none per step).
 
     Returns:
       `History` with observations `(N, T, *obs_shape)`, actions int32 `(N, T)`, rewards float32
@@ -141,6 +144,7 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
     devices = jax.local_devices()
     mesh = Mesh(np.array(devices), ("envs",))
     chunk = n if chunk_size is None else max(1, min(int(chunk_size), n))
+    chunk = -(-n // -(-n // chunk))  # equal chunks: 4,100 tasks at most 4,096 a call -> 2 x 2,050
     chunk = -(-chunk // len(devices)) * len(devices)
     env_sharding, replicated = NamedSharding(mesh, P("envs")), NamedSharding(mesh, P())
     ctx = jax.threefry_partitionable(False) if fast_rng else contextlib.nullcontext()
@@ -157,6 +161,9 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
                 out = _generate(env, source, int(num_steps), bool(with_info), bool(with_state),
                                 *sub)
             parts.append(jax.tree.map(lambda x: x[:min(chunk, n - start)], out))
+            if on_chunk is not None:
+                jax.block_until_ready(parts[-1])
+                on_chunk(min(chunk, n - start))
     out = parts[0] if len(parts) == 1 else jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
     history = History(observations=out.pop("observations"), actions=out.pop("actions"),
                       rewards=out.pop("rewards").astype(jnp.float32), dones=out.pop("dones"),

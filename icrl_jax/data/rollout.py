@@ -91,7 +91,10 @@ def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.
         (then `tasks` are N task rows, run in pools of `workers` simulators, default all).
       policies: name -> `Source` / `ParamSource` (or, on host envs, a bridge `HostPolicy`).
       key: shared by every policy; seed: the simulators' reset seed (host envs).
-      chunk_size: envs per jitted call on JAX envs (None: all at once).
+      chunk_size: most envs per jitted call on JAX envs (None: all at once): memory grows
+        with the chunk, not with N; results do not depend on it.
+      show_progress: a bar per policy over its env-steps (with env-steps/s), moved per chunk
+        of envs on JAX envs, per pool of simulators on host envs.
       keep_observations: also return the observations each action was taken in (host envs).
     Returns:
       name -> {"rewards", "dones", "actions": `(N, T)` numpy, "terminated" (episodic envs),
@@ -103,20 +106,21 @@ def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.
                             workers or len(tasks), show_progress, keep_observations)
     ids = np.arange(jax.tree.leaves(tasks)[0].shape[0])
     out = {}
-    bar = progress(total=len(policies), desc=f"rollouts: {len(ids)} envs x {num_steps} steps",
-                   disable=not show_progress)
     for name, policy in policies.items():
-        bar.set_postfix_str(name)
+        # One bar per policy over its env-steps, moved once per chunk of envs (its rate is the
+        # policy's env-steps/s; the first chunk's includes compiling).
+        bar = progress(total=len(ids) * num_steps, unit="env-step", disable=not show_progress,
+                       desc=f"rollout {name}: {len(ids)} envs x {num_steps} steps")
         history, info = generate_histories(env, policy, tasks, num_steps, key, task_ids=ids,
                                            chunk_size=chunk_size, with_info=True,
-                                           with_state=True)
+                                           with_state=True,
+                                           on_chunk=lambda envs: bar.update(envs * num_steps))
+        bar.close()
         state = info.pop("policy_state")
         info.pop("final_observations", None)  # only datasets keep them
         out[name] = dict(jax.device_get(dict(rewards=history.rewards, dones=history.dones,
                                              actions=history.actions, **info)),
                          action_mask=np.asarray(history.action_mask), policy_state=state)
-        bar.update(1)
-    bar.close()
     return out
 
 

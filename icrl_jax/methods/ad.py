@@ -15,7 +15,7 @@ from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.heads import smoothed_cross_entropy
 from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
-from icrl_jax.models.transformer import DecodeCache, Transformer
+from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mask
 
 
 class ADModel(nn.Module):
@@ -72,11 +72,12 @@ class ADModel(nn.Module):
         head = nn.Dense(self.num_actions, name="action_head")
         if cache is not None:
             positions = step_index + jnp.arange(tokens.shape[1], dtype=jnp.int32)
-            slots = jnp.arange(cache.slots)
-            causal = (slots[None, :] <= positions[:, None])[None, None]  # (1, 1, L, S)
-            hidden, cache = self.backbone(tokens, attention_mask=causal, positions=positions,
-                                          ngram_ids=ngram_ids, cache=cache,
-                                          cache_index=step_index)
+            # A ring of slots (step p at slot p mod S), masked to the backbone's window.
+            first_slot, causal = ring_cache_mask(positions, cache.slots,
+                                                 self.backbone.attention_window)
+            hidden, cache = self.backbone(tokens, attention_mask=causal[None, None],
+                                          positions=positions, ngram_ids=ngram_ids, cache=cache,
+                                          cache_index=first_slot)
             return head(hidden), cache
         hidden = self.backbone(tokens, deterministic=deterministic,
                                return_attention=return_attention, ngram_ids=ngram_ids)

@@ -6,10 +6,14 @@ records the action taken and the reward received, so the next token carries them
 a fixed-shape sliding window: while it is not full, step t writes position t; afterwards the
 window shifts left by one each step. No shape changes per step, hence one compilation for the
 whole rollout. When the whole rollout fits in the context, methods that can decode from a
-key/value cache do: one token per step, and each step is decoded exactly once. Longer rollouts
-either recompute the sliding window at every step (exact, L tokens a step) or, with
-`context_caches = m >= 1`, decode from m staggered caches (`staggered_slots`): m tokens a step,
-and the model acts on its last L - L/m + 1 to L steps instead of always its last L.
+key/value cache do: one token per step, and each step is decoded exactly once. A model trained
+with a sliding attention window of W steps and relative positions (`model.attention_window`,
+`model.position="rotary"`; `InContextMethod.decode_window`) decodes rollouts of any length the
+same way, from a ring of W slots: one token a step, and each step sees its last W steps, exactly
+its training computation. Longer rollouts of other models either recompute the sliding window
+at every step (exact, L tokens a step) or, with `context_caches = m >= 1`, decode from m
+staggered caches (`staggered_slots`): m tokens a step, and the model acts on its last
+L - L/m + 1 to L steps instead of always its last L.
 
 Methods with a pixel encoder (`caches_encoded_context`) keep encoder features (and per-frame
 n-gram ids such as VQ codes) in the context, so each frame goes through the CNN (and the VQ-VAE)
@@ -192,17 +196,35 @@ class InContextPolicy:
     greedy: bool
     max_steps: int | None = None
     temperature: float = 1.0  # sampling temperature (see `select_actions`)
-    #: Rollouts longer than the context: 0 recomputes the sliding window at every step; m >= 1
-    #: decodes from m staggered caches (`staggered_slots`), m tokens a step.
+    #: Rollouts longer than the context, of models without a sliding attention window
+    #: (`windowed`): 0 recomputes the sliding window at every step; m >= 1 decodes from m
+    #: staggered caches (`staggered_slots`), m tokens a step.
     context_caches: int = 0
 
     @property
     def cached(self) -> bool:
-        """Decode from a key/value cache: when the whole rollout fits in the context (so no
-        token is ever evicted and the result equals recomputing the window) and the method
-        can. Each step then costs one token instead of the whole window."""
-        return (self.method.decodes_incrementally and self.max_steps is not None
-                and self.max_steps <= self.context_len)
+        """Decode from a key/value cache, when the method can and the result is what its full
+        pass computes: a model with a sliding attention window and relative positions
+        (`windowed`) at any rollout length, from a ring of W slots; any other one when the whole
+        rollout fits in the context (so no token is ever evicted and the result equals
+        recomputing the window). Each step then costs one token instead of the whole window."""
+        return self.method.decodes_incrementally and (self.windowed or (
+            self.max_steps is not None and self.max_steps <= self.context_len))
+
+    @property
+    def windowed(self) -> bool:
+        """The model attends over a sliding window with relative positions
+        (`InContextMethod.decode_window`): decode any rollout from a ring of W slots."""
+        return self.method.decodes_incrementally and self.method.decode_window > 0
+
+    @property
+    def cache_slots(self) -> int:
+        """Slots of the one cache (`cached`): W (fewer for a shorter rollout) when `windowed`,
+        else the rollout's steps."""
+        if not self.windowed:
+            return int(self.max_steps)
+        window = self.method.decode_window
+        return window if self.max_steps is None else min(window, int(self.max_steps))
 
     @property
     def staggered(self) -> bool:
@@ -255,7 +277,7 @@ class InContextPolicy:
         the context's length (`staggered`), decoded side by side with `vmap`."""
         method, env = self.method, self.env
         num_caches = self.context_caches
-        slots = self.context_len if self.staggered else self.max_steps
+        slots = self.context_len if self.staggered else self.cache_slots
 
         def init(key, env_params):
             del key
@@ -342,6 +364,18 @@ class InContextMethod(Method):
 
     has_cache_decoder = False
     caches_encoded_context = False
+
+    @property
+    def decode_window(self) -> int:
+        """W > 0 when the model attends over a sliding window of W tokens
+        (`model.attention_window`) with relative positions (`model.position` "rotary" or
+        "none") and no n-gram layers (their matches reach the whole past): a ring of W
+        key/value slots then decodes a rollout of any length exactly as the full pass computes
+        it (`models/transformer.py`: `ring_cache_mask`); else 0."""
+        window = int(self.config.get("attention_window", 0) or 0)
+        relative = self.config.get("position", "learned") in ("rotary", "none")
+        return window if window > 0 and relative and not self.config.get("ngram_positions") \
+            else 0
 
     @property
     def decodes_incrementally(self) -> bool:

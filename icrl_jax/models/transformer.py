@@ -230,7 +230,9 @@ class Transformer(nn.Module):
             n-gram layers the new tokens' `ngram_ids` (ids must be per step: a step's id never
             depends on other steps). Exact: a token's keys, values and ids never change once
             written, and its n-gram matches are all in the past.
-          cache_index: int32 `()`, the first slot of the new tokens.
+          cache_index: int32 `()`, the first slot of the new tokens. With a cache the caller's
+            `attention_mask` is the whole mask (`attention_window` is not applied: a ring of
+            slots masks by age: `ring_cache_mask`).
           head_scale: optional float `(num_layers, H)` multipliers of each head's output (zero
             removes a head; see `MultiHeadAttention`).
           causal_from: with `attention_mask`, the caller's guarantee that it is causal after its
@@ -272,6 +274,8 @@ class Transformer(nn.Module):
             mask = jnp.ones((1, 1, length, length), bool)
             if self.causal:
                 mask = jnp.tril(mask)
+        if self.attention_window and cache is None:
+            mask = mask & self.window_mask(length, causal_from)
         if padding_mask is not None:
             mask = mask & padding_mask[:, None, None, :]
 
@@ -331,6 +335,17 @@ class Transformer(nn.Module):
                                              else None, ngram_memory),)
         return outputs if len(outputs) > 1 else x
 
+    def window_mask(self, length: int, prefix: int | None) -> jax.Array:
+        """bool `(1, 1, T, T)`: key j is at most `attention_window - 1` tokens before query i,
+        or in the first `prefix` tokens (always visible). Needs a causal mask after the prefix
+        (`causal_from`), so that the window is the last W tokens of each query's past."""
+        if prefix is None:
+            raise ValueError("model.attention_window needs a causal mask (after a prefix: "
+                             "causal_from)")
+        index = jnp.arange(length)
+        recent = (index[:, None] - index[None, :]) < self.attention_window
+        return (recent | (index[None, :] < prefix))[None, None]
+
     def init_cache(self, batch: int, slots: int, d_model: int, dtype=jnp.float32,
                    ngram_parts: int | None = None) -> DecodeCache:
         """An empty `DecodeCache` of `slots` tokens: keys and values `(batch, slots, H, Dh)` per
@@ -352,6 +367,25 @@ class Transformer(nn.Module):
         return DecodeCache(blocks, jnp.zeros((batch, slots, ngram_parts), jnp.int32), inputs)
 
 
+def ring_cache_mask(positions: jax.Array, slots: int, window: int = 0
+                    ) -> tuple[jax.Array, jax.Array]:
+    """Where tokens at sequence positions `positions` (int `(L,)`, consecutive) go in a ring of
+    `slots` key/value slots (position p at slot p mod `slots`), and which slots each may attend
+    to: bool `(L, S)`, True where the slot holds a token at most `window - 1` (0: any number)
+    and at least 0 positions before the query. Returns (int32 `()` first slot written, mask).
+
+    A cache never longer than its slots (positions < `slots`) is the plain causal cache. Exact
+    as long as one call's tokens do not run past the ring's end: once the ring has wrapped,
+    decode one token per call (the in-context policies do)."""
+    slot = jnp.arange(slots, dtype=jnp.int32)
+    positions = jnp.asarray(positions, jnp.int32)
+    age = jnp.mod(positions[:, None] - slot[None, :], slots)  # how far back each slot's token is
+    mask = age <= positions[:, None]
+    if window:
+        mask = mask & (age < window)
+    return jnp.mod(positions[0], slots).astype(jnp.int32), mask
+
+
 def count_params(params) -> int:
     return sum(int(p.size) for p in jax.tree.leaves(params))
 
@@ -367,4 +401,5 @@ def flops_per_token(num_params_nonembedding: int, num_layers: int, d_model: int,
 
 
 __all__: Sequence[str] = ("Transformer", "DecodeCache", "default_transformer_config",
+                          "ring_cache_mask",
                           "count_params", "flops_per_token")

@@ -36,7 +36,7 @@ from icrl_jax.methods.in_context import InContextMethod
 from icrl_jax.models.heads import MASKED_LOGIT, mask_logits
 from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
-from icrl_jax.models.transformer import DecodeCache, Transformer
+from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mask
 
 EMBEDDING_KINDS = ("orthonormal", "normal")
 LOSSES = ("infonce", "mse")
@@ -212,11 +212,14 @@ class HeadlessADModel(nn.Module):
             observations, self._action_inputs(prev_actions, prev_rewards, action_embeddings),
             prev_rewards)
         positions = step_index + jnp.arange(length, dtype=jnp.int32)
-        step_keys = ((slot[None, :] >= num_prompt)
-                     & (slot[None, :] <= num_prompt + positions[:, None]))  # (L, S) causal
+        # The steps' slots after the prompt are a ring (`ring_cache_mask`): causal, and within
+        # the backbone's attention window (the prompt stays visible, as in the full pass).
+        first_slot, ring = ring_cache_mask(positions, slots - num_prompt,
+                                           self.backbone.attention_window)
+        step_keys = jnp.concatenate([jnp.zeros((length, num_prompt), bool), ring], axis=1)
         mask = prompt_keys[:, None, None, :] | step_keys[None, None]
         hidden, cache = self.backbone(tokens, attention_mask=mask, positions=positions,
-                                      cache=cache, cache_index=num_prompt + step_index,
+                                      cache=cache, cache_index=num_prompt + first_slot,
                                       ngram_ids=ngram_ids)
         return nn.Dense(self.action_embed_dim, name="predicted_embedding")(hidden), cache
 
@@ -273,6 +276,15 @@ class HeadlessAD(InContextMethod):
                                      bool(model_config.prompt),
                                      Transformer.from_config(model_config), grid_size,
                                      bool(model_config.get("reward_gated_actions", False)))
+
+    @property
+    def decode_window(self) -> int:
+        """`InContextMethod.decode_window`, except with the action-set prompt and rotary
+        positions: the prompt sits at position 0, so a step's distance to it grows with the
+        rollout, past what a training window shows (such a model recomputes the window)."""
+        if self.model.prompt and self.config.get("position", "learned") == "rotary":
+            return 0
+        return super().decode_window
 
     def action_embeddings(self, key: jax.Array, num_actions: int) -> jax.Array:
         """One random embedding map `(num_actions, E)` (a training step or an evaluation run)."""
