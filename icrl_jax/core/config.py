@@ -209,6 +209,16 @@ def _fits_tasks(env, num_train: int, num_test: int) -> bool:
     return num_train + num_test <= total
 
 
+def _task_counts_example(total: int, train: int, test: int) -> str:
+    """Task counts that fit `total`: fewer held-out tasks if the training ones fit, else both."""
+    if train < total:
+        return f"data.num_test_tasks={total - train}"
+    if test < total:
+        return f"data.num_train_tasks={total - test}"
+    held_out = max(1, total // 4)
+    return f"data.num_train_tasks={total - held_out} --config.data.num_test_tasks={held_out}"
+
+
 #: What the other core sections take (core/validation.py). Registered names (method, env,
 #: data.source, data.builder) are checked where they are looked up, naming the nearest.
 BASE_CONSTRAINTS = V.declare("base", (
@@ -244,8 +254,7 @@ BASE_CONSTRAINTS = V.declare("base", (
                lambda env, train, test: f"data.num_train_tasks + data.num_test_tasks = "
                f"{train + test} must be at most the {env.num_tasks} tasks the env has",
                lambda env, train, test: _fits_tasks(env, train, test),
-               lambda env, train, test: f"data.num_test_tasks={max(0, env.num_tasks - train)}"
-               if train < env.num_tasks else f"data.num_train_tasks={max(1, env.num_tasks - test)}",
+               lambda env, train, test: _task_counts_example(env.num_tasks, train, test),
                needs="env"),
 ))
 
