@@ -10,14 +10,18 @@ import time
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 
 
-def write_section(heading: str, text: str, path: str = RESULTS) -> None:
+def write_section(heading: str, text: str, path: str = RESULTS, top: bool = False) -> None:
     """Replace the section that starts with `heading` (a `## ` line) by `text`, which starts
-    with that heading, or append it; every other section is left as it is."""
+    with that heading, or add it (at the end; `top`: before the first section); every other
+    section is left as it is."""
     old = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
     pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
     text = text.rstrip("\n") + "\n"
+    first = re.search(r"^## ", old, re.M)
     if pattern.search(old):
         new = pattern.sub(lambda _: text + "\n", old, count=1)
+    elif top and first:
+        new = old[:first.start()] + text + "\n" + old[first.start():]
     else:
         new = old.rstrip("\n") + "\n\n" + text
     with open(path, "w") as f:
@@ -25,14 +29,14 @@ def write_section(heading: str, text: str, path: str = RESULTS) -> None:
 
 
 def table_section(heading: str, prose: str, columns: list[str], rows: list[str],
-                  write: bool) -> str:
+                  write: bool, top: bool = False) -> str:
     """A `## ` section: `prose` (what was measured, how, on what), then a Markdown table with
     `columns` and the already formatted `rows`; printed, and written to RESULTS.md if `write`."""
     section = "\n".join([heading, "", prose, "", "| " + " | ".join(columns) + " |",
                          "|" + " --- |" * len(columns), *rows, ""])
     print(section)
     if write:
-        write_section(heading, section)
+        write_section(heading, section, top=top)
     return section
 
 

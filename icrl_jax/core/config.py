@@ -48,6 +48,16 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         ngram_latest=False,  # read only the most recent match (not all matches uniformly)
         norm_epsilon=1e-6,  # LayerNorm epsilon (GPT-2: 1e-5)
         activation="gelu_tanh",  # feed-forward: gelu_tanh (GPT-2) | gelu_exact | quick_gelu (CLIP)
+        # Llama-style blocks (models/llama.py): RMSNorm, a SwiGLU feed-forward of mlp_hidden
+        # features (0 = mlp_ratio x d_model), no biases, grouped-query attention with
+        # num_kv_heads key/value heads (0 = one per head), RoPE's base.
+        norm="layernorm",  # layernorm | rmsnorm
+        mlp_type="dense",  # dense | swiglu
+        mlp_hidden=0,
+        mlp_bias=True,
+        attention_bias=True,
+        num_kv_heads=0,
+        rotary_base=10000.0,
     ))
 
 
@@ -65,6 +75,13 @@ MODEL_CONSTRAINTS = V.declare("model", (
     V.non_negative_int("model.attention_window", 0),
     V.positive("model.norm_epsilon", 1e-6),
     V.choice("model.activation", ("gelu_tanh", "gelu_exact", "quick_gelu")),
+    V.choice("model.norm", ("layernorm", "rmsnorm")), V.choice("model.mlp_type", ("dense", "swiglu")),
+    V.non_negative_int("model.mlp_hidden", 0), V.boolean("model.mlp_bias"),
+    V.boolean("model.attention_bias"), V.non_negative_int("model.num_kv_heads", 0),
+    V.positive("model.rotary_base", 10000.0),
+    V.relation(("model.num_heads", "model.num_kv_heads"),
+               "model.num_heads must be a multiple of model.num_kv_heads (0: one per head)",
+               lambda h, kv: kv == 0 or h % kv == 0, lambda h, kv: "model.num_kv_heads=0"),
     V.relation(("model.d_model", "model.num_heads"),
                "model.d_model must be divisible by model.num_heads (heads split the width)",
                lambda d, h: d % h == 0,
@@ -165,7 +182,11 @@ def base_config() -> ml_collections.ConfigDict:
         context_caches=0,
         seed=1,
         tasks="test",  # test | train: which split to evaluate on
-        chunk_size=0,  # environments per jitted rollout call (0 = all at once)
+        # Most environments per jitted rollout call (0 = all at once): a rollout's working
+        # memory is one chunk's (only the returned (N, T) rewards, actions, ... grow with N),
+        # and the progress bar moves once per chunk; results do not depend on it. An
+        # accelerator may want more per call.
+        chunk_size=1024,
         every=0,  # `train` also evaluates every this many updates (0: only when training ends)
         # Variant scores average the last `final_window` steps (bandits: expected regret) or
         # episodes (episodic tasks: return); 1 = the Headless-AD paper's scores.

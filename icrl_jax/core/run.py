@@ -44,6 +44,7 @@ from icrl_jax.data.builders import (Rows, dataset_returns, generate, num_rows, o
 from icrl_jax.data.minari_io import normalized_score
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.methods import build_method, method_class
+from icrl_jax.methods.base import Method
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -242,7 +243,9 @@ def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
     rollouts = run_policies(env, policies, tasks, num_steps, key, seed=10_000 + config.eval.seed,
                             chunk_size=config.eval.chunk_size or None,
                             workers=int(config.env.get("num_workers", 0)) or None,
-                            show_progress=config.run.progress)
+                            show_progress=config.run.progress,
+                            # final policy states only for a method whose analysis reads them
+                            keep_state=type(method).write_analysis is not Method.write_analysis)
     results, curves = M.summarise(env.scoring, rollouts, num_steps, int(config.eval.final_window),
                                     env.goal_terminates)
     for name, rollout in rollouts.items():

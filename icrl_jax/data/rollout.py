@@ -82,8 +82,8 @@ def _as_host_policy(policy, env):
 
 def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.Array, *,
                  seed: int = 0, chunk_size: int | None = None, workers: int | None = None,
-                 show_progress: bool = False, keep_observations: bool = False
-                 ) -> dict[str, dict[str, Any]]:
+                 show_progress: bool = False, keep_observations: bool = False,
+                 keep_state: bool = True) -> dict[str, dict[str, Any]]:
     """Roll out each policy on the same tasks for `num_steps` steps.
 
     Args:
@@ -96,6 +96,8 @@ def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.
       show_progress: a bar per policy over its env-steps (with env-steps/s), moved per chunk
         of envs on JAX envs, per pool of simulators on host envs.
       keep_observations: also return the observations each action was taken in (host envs).
+      keep_state: return each env's final policy state (False: None, so that a model's
+        key/value caches, tens of KB an env, are not kept for every env of a large evaluation).
     Returns:
       name -> {"rewards", "dones", "actions": `(N, T)` numpy, "terminated" (episodic envs),
       "expected_reward" / "optimal_expected_reward" (bandits), "policy_state": the final state of
@@ -113,10 +115,10 @@ def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.
                        desc=f"rollout {name}: {len(ids)} envs x {num_steps} steps")
         history, info = generate_histories(env, policy, tasks, num_steps, key, task_ids=ids,
                                            chunk_size=chunk_size, with_info=True,
-                                           with_state=True,
+                                           with_state=keep_state,
                                            on_chunk=lambda envs: bar.update(envs * num_steps))
         bar.close()
-        state = info.pop("policy_state")
+        state = info.pop("policy_state", None)
         info.pop("final_observations", None)  # only datasets keep them
         out[name] = dict(jax.device_get(dict(rewards=history.rewards, dones=history.dones,
                                              actions=history.actions, **info)),
