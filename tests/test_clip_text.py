@@ -96,7 +96,8 @@ def test_full_clip_model_checkpoint_gives_its_text_tower(tmp_path):
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(ref)):
         np.testing.assert_array_equal(a, b)
     stack, stack_params = load_pretrained(str(tmp_path))
-    assert (stack.family, stack.mlp_ratio, stack.activation) == ("clip", 2, "quick_gelu")
+    fields = dict(stack.fields)
+    assert (stack.family, fields["mlp_ratio"], fields["activation"]) == ("clip", 2, "quick_gelu")
     assert set(stack_params) == {"position_embedding", "block_0", "block_1", "final_norm"}
 
 

@@ -143,3 +143,34 @@ def test_markov_heads_read_grouped_query_attention_as_its_repeated_keys():
     fused = np.stack([q, np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)], axis=1)
     grouped = {"q": {"kernel": q}, "kv": {"kernel": np.stack([k, v], axis=1)}}
     np.testing.assert_allclose(attention_head_matrices(grouped), head_matrices(fused))
+
+
+def test_a_gpt_dt_starts_from_a_llama_ggufs_blocks(tmp_path):
+    """`model.pretrained=<llama .gguf>` through the one pretrained entry point: the backbone takes
+    the LM's shape (`pretrained_architecture`), and its blocks are the LM's."""
+    import jax
+    import ml_collections
+
+    from icrl_jax.core.config import default_transformer_config
+    from icrl_jax.papers.gpt_dtma.fields import gpt_dt_model_config
+    from icrl_jax.papers.gpt_dtma.method import GPTDecisionTransformer
+
+    gguf = os.path.join(FIXTURE, "model.gguf")
+    config = default_transformer_config()
+    config.update(gpt_dt_model_config())
+    config.update(dict(d_model=8, pretrained=gguf, pretrained_architecture=True))
+    GPTDecisionTransformer.prepare_config(ml_collections.ConfigDict(dict(model=config)))
+    assert (config.d_model, config.num_layers, config.norm, config.num_kv_heads,
+            config.mlp_hidden) == (32, 2, "rmsnorm", 2, 48)
+    method = GPTDecisionTransformer(config, (), context_len=4, continuous_dim=2)
+    assert method.label(ml_collections.ConfigDict(dict(model=config))) == "llama_dt"
+    from icrl_jax.data.trajectories import Trajectories
+    example = Trajectories(observations=np.zeros((1, 4, 3), np.float32),
+                           actions=np.zeros((1, 4, 2), np.float32),
+                           rewards=np.zeros((1, 4), np.float32),
+                           returns_to_go=np.zeros((1, 4), np.float32),
+                           timesteps=np.zeros((1, 4), np.int32), mask=np.ones((1, 4), bool))
+    params = method.init(jax.random.key(0), example)
+    _, lm = L.load_gguf_llama(gguf)
+    np.testing.assert_array_equal(params["backbone"]["block_1"]["mlp"]["down"]["kernel"],
+                                  lm["backbone"]["block_1"]["mlp"]["down"]["kernel"])

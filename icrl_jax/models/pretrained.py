@@ -1,11 +1,12 @@
-"""Pretrained block stacks for `model.pretrained=DIR`: GPT-2 (GPT-DT) or CLIP's text encoder
-(CLIP-DT, GPT-DTMA Table 3), from a local Hugging Face directory.
+"""Pretrained block stacks for `model.pretrained=PATH`: GPT-2 (GPT-DT), CLIP's text encoder
+(CLIP-DT, GPT-DTMA Table 3) or a Llama-family LM (e.g. SmolLM2), from a local Hugging Face
+directory or a GGUF file.
 
-`load_pretrained(path)` is the one place that looks at which model a directory holds (its
-config.json's `model_type`); it returns the architecture facts a backbone must match
-(`PretrainedStack`) and the block stack's params in our `Transformer` layout (`block_{i}`,
-`final_norm`, `position_embedding`). `check_backbone_fits` and `backbone_from_lm` need nothing
-else, so a method never branches on the model family.
+`load_pretrained(path)` is the one place that looks at which model a path holds (a `.gguf` file,
+or config.json's `model_type`); it returns the architecture facts a backbone must match
+(`PretrainedStack`: the shared transformer's fields) and the block stack's params in our
+`Transformer` layout (`block_{i}`, `final_norm`, `position_embedding`). `check_backbone_fits`
+and `backbone_from_lm` need nothing else, so a method never branches on the model family.
 """
 
 from __future__ import annotations
@@ -20,77 +21,109 @@ import jax.numpy as jnp
 from icrl_jax.models.clip_text import CLIPTextConfig, load_hf_clip_text, read_hf_config
 from icrl_jax.models.gpt2 import (CheckpointFormatError, GPT2Config, load_hf_gpt2,
                                   transformer_params)
+from icrl_jax.models.llama import (LlamaConfig, gguf_llama_config, llama_config_from_hf,
+                                   load_gguf_llama, load_hf_llama)
 from icrl_jax.models.transformer import Transformer
 
-#: config.json `model_type` -> family; a `CLIPModel` ("clip") gives its text tower.
-FAMILIES = {"gpt2": "gpt", "clip_text_model": "clip", "clip": "clip"}
+#: config.json `model_type` (or a GGUF file) -> family; a `CLIPModel` ("clip") gives its text
+#: tower.
+FAMILIES = {"gpt2": "gpt", "clip_text_model": "clip", "clip": "clip", "llama": "llama"}
+
+#: The block fields every family sets: GPT-2's and CLIP's values unless the family says others.
+_BLOCK_DEFAULTS = dict(pre_norm=True, norm="layernorm", mlp_type="dense", mlp_hidden=0,
+                       mlp_bias=True, attention_bias=True, num_kv_heads=0)
 
 
 @dataclasses.dataclass(frozen=True)
 class PretrainedStack:
-    """What a backbone must agree on to take a pretrained block stack."""
+    """What a backbone must agree on to take a pretrained block stack: `d_model` and the
+    shared transformer's `fields` (num_layers, num_heads, norm, feed-forward, ...)."""
 
-    family: str  # "gpt" (GPT-2) | "clip" (CLIP's text encoder): names the DT variant
+    family: str  # "gpt" (GPT-2) | "clip" (CLIP's text encoder) | "llama": names the DT variant
     d_model: int
-    num_layers: int
-    num_heads: int
-    mlp_ratio: int
-    norm_epsilon: float
-    activation: str  # a key of transformer.ACTIVATIONS
+    fields: tuple[tuple[str, Any], ...]
+
+    @property
+    def num_layers(self) -> int:
+        return dict(self.fields)["num_layers"]
 
 
-def _family(path: str, hf: dict[str, Any]) -> str:
+def _family(path: str, hf: dict[str, Any] | None) -> str:
+    if hf is None:  # a GGUF file
+        return "llama"
     family = FAMILIES.get(hf.get("model_type"))
     if family is None:
         raise CheckpointFormatError(f"{path}/config.json has model_type {hf.get('model_type')!r};"
-                                    f" model.pretrained takes one of {', '.join(FAMILIES)}")
+                                    f" model.pretrained takes one of {', '.join(FAMILIES)} "
+                                    f"(or a llama GGUF file)")
     return family
 
 
-def _stack(family: str, cfg: GPT2Config | CLIPTextConfig) -> PretrainedStack:
+def _stack(family: str, cfg: GPT2Config | CLIPTextConfig | LlamaConfig) -> PretrainedStack:
     if family == "gpt":
-        return PretrainedStack("gpt", cfg.n_embd, cfg.n_layer, cfg.n_head, 4,
-                               cfg.layer_norm_epsilon, "gelu_tanh")
-    return PretrainedStack("clip", cfg.hidden_size, cfg.num_hidden_layers,
-                           cfg.num_attention_heads, cfg.mlp_ratio, cfg.layer_norm_eps,
-                           cfg.activation)
+        d, fields = cfg.n_embd, dict(num_layers=cfg.n_layer, num_heads=cfg.n_head, mlp_ratio=4,
+                                     norm_epsilon=cfg.layer_norm_epsilon, activation="gelu_tanh")
+    elif family == "clip":
+        d, fields = cfg.hidden_size, dict(num_layers=cfg.num_hidden_layers,
+                                          num_heads=cfg.num_attention_heads,
+                                          mlp_ratio=cfg.mlp_ratio, norm_epsilon=cfg.layer_norm_eps,
+                                          activation=cfg.activation)
+    else:
+        d, fields = cfg.d_model, dict(num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+                                      norm_epsilon=cfg.norm_epsilon, norm="rmsnorm",
+                                      mlp_type="swiglu", mlp_hidden=cfg.mlp_hidden,
+                                      mlp_bias=cfg.mlp_bias, attention_bias=cfg.attention_bias,
+                                      num_kv_heads=0 if cfg.num_kv_heads == cfg.num_heads
+                                      else cfg.num_kv_heads, rotary_base=cfg.rope_base)
+    return PretrainedStack(family, d, tuple(dict(fields, **{
+        k: v for k, v in _BLOCK_DEFAULTS.items() if k not in fields}).items()))
+
+
+def _hf_config_or_none(path: str) -> dict[str, Any] | None:
+    return None if path.endswith(".gguf") else read_hf_config(path)
 
 
 def pretrained_architecture(path: str) -> PretrainedStack:
-    """The architecture of the GPT-2 or CLIP (text) directory `path`, from its config.json alone
-    (no weights read)."""
-    hf = read_hf_config(path)
+    """The architecture of the model at `path` (a GPT-2, CLIP (text) or Llama directory, or a
+    llama GGUF file), from its config alone (no weights read)."""
+    hf = _hf_config_or_none(path)
     family = _family(path, hf)
+    if family == "llama":
+        if hf is None:
+            from gguf import GGUFReader
+            return _stack(family, gguf_llama_config(GGUFReader(path), path))
+        return _stack(family, llama_config_from_hf(hf, path))
     return _stack(family, (GPT2Config if family == "gpt" else CLIPTextConfig).from_hf(hf))
 
 
 def load_pretrained(path: str) -> tuple[PretrainedStack, dict[str, Any]]:
-    """A local Hugging Face GPT-2 or CLIP (text) directory -> (architecture facts, the block
-    stack's `Transformer` params, float32 numpy). The token embedding (and GPT-2's tied output
-    head) are dropped: a method brings its own embeddings and heads.
+    """A local Hugging Face GPT-2, CLIP (text) or Llama directory, or a llama GGUF file ->
+    (architecture facts, the block stack's `Transformer` params, float32 numpy). The token
+    embedding and the output head are dropped: a method brings its own embeddings and heads.
 
-    Raises `CheckpointFormatError` for a missing file, a `model_type` that is neither, or a
-    checkpoint that does not fit its own config (naming the parameter and shapes)."""
-    family = _family(path, read_hf_config(path))
+    Raises `CheckpointFormatError` for a missing file, a model of another family, a setting we
+    do not compute, or a checkpoint that does not fit its own config (naming the parameter and
+    shapes)."""
+    family = _family(path, _hf_config_or_none(path))
     if family == "gpt":
         cfg, params = load_hf_gpt2(path)
         return _stack(family, cfg), transformer_params(params)
+    if family == "llama":
+        cfg, params = (load_gguf_llama if path.endswith(".gguf") else load_hf_llama)(path)
+        return _stack(family, cfg), params["backbone"]
     cfg, params = load_hf_clip_text(path)
     return _stack(family, cfg), params["transformer"]
 
 
 def adopt_pretrained_architecture(model_config) -> None:
-    """With `model.pretrained_architecture` on, set the model's architecture fields (d_model,
-    num_layers, num_heads, mlp_ratio, norm_epsilon, activation) to `model.pretrained`'s, in
-    place: a table column that starts from another family (CLIP-DT next to GPT-DT) takes its
-    LM's shape instead of failing `check_backbone_fits`."""
+    """With `model.pretrained_architecture` on, set the model's architecture fields (d_model
+    and the stack's transformer fields) to `model.pretrained`'s, in place: a table column that
+    starts from another family (CLIP-DT next to GPT-DT) takes its LM's shape instead of failing
+    `check_backbone_fits`."""
     if not (model_config.get("pretrained_architecture") and model_config.get("pretrained")):
         return
     stack = pretrained_architecture(model_config.pretrained)
-    model_config.update(dict(d_model=stack.d_model, num_layers=stack.num_layers,
-                             num_heads=stack.num_heads, mlp_ratio=stack.mlp_ratio,
-                             pre_norm=True, norm_epsilon=stack.norm_epsilon,
-                             activation=stack.activation))
+    model_config.update(dict(stack.fields, d_model=stack.d_model))
 
 
 @functools.lru_cache(maxsize=4)
@@ -104,13 +137,9 @@ def check_backbone_fits(stack: PretrainedStack, d_model: int, backbone: Transfor
                         path: str) -> None:
     """Raise `CheckpointFormatError` naming every model field that differs from the pretrained
     stack's architecture (the backbone's blocks must be the LM's to take its weights)."""
-    wanted = dict(d_model=(d_model, stack.d_model),
-                  num_layers=(backbone.num_layers, stack.num_layers),
-                  num_heads=(backbone.num_heads, stack.num_heads),
-                  mlp_ratio=(backbone.mlp_ratio, stack.mlp_ratio),
-                  pre_norm=(backbone.pre_norm, True),
-                  norm_epsilon=(backbone.norm_epsilon, stack.norm_epsilon),
-                  activation=(backbone.activation, stack.activation))
+    wanted = dict(d_model=(d_model, stack.d_model), **{
+        k: (getattr(backbone, k) or 0 if k == "mlp_hidden" else getattr(backbone, k), v)
+        for k, v in stack.fields})
     bad = [f"model.{k}={ours!r} (the LM has {theirs!r})" for k, (ours, theirs) in wanted.items()
            if ours != theirs]
     if bad:
@@ -142,9 +171,11 @@ def backbone_from_lm(backbone_params: dict[str, Any], stack_params: dict[str, An
 
 
 def pretrained_family(path: str) -> str:
-    """"gpt" or "clip" from `path/config.json` alone (no weights read), for run labels
-    (`gpt_dt` / `clip_dt`). A directory without a readable config is labelled "gpt"; building
-    the model then names what is missing."""
+    """"gpt", "clip" or "llama" from `path/config.json` (or a `.gguf` name) alone (no weights
+    read), for run labels (`gpt_dt` / `clip_dt` / `llama_dt`). A directory without a readable
+    config is labelled "gpt"; building the model then names what is missing."""
+    if path.endswith(".gguf"):
+        return "llama"
     try:
         model_type = read_hf_config(path).get("model_type")
     except (CheckpointFormatError, OSError, ValueError):

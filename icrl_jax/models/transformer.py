@@ -124,7 +124,7 @@ class Block(nn.Module):
         dropout = Dropout(self.residual_dropout)
         norm1 = make_norm(self.norm, self.norm_epsilon, "norm1")
         norm2 = make_norm(self.norm, self.norm_epsilon, "norm2")
-        hidden = self.mlp_ratio * x.shape[-1] if self.mlp_hidden is None else self.mlp_hidden
+        hidden = self.mlp_hidden or self.mlp_ratio * x.shape[-1]  # 0 / None: the ratio
         if self.mlp_type == "dense":
             mlp = nn.Sequential([nn.Dense(hidden, use_bias=self.mlp_bias,
                                           dot_general=dense_dot_general),
