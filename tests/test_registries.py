@@ -10,8 +10,6 @@ interface shared code relies on. A new registration is picked up without editing
 
 from __future__ import annotations
 
-import glob
-import importlib
 import json
 import math
 import os
@@ -26,6 +24,7 @@ from icrl_jax.core import run as R
 from icrl_jax.core.config import check_key, set_dotted
 from icrl_jax.core.registry import COMMANDS, REPORTS
 from icrl_jax.methods import METHODS
+from helpers import experiment_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = jax.random.PRNGKey(0)
@@ -71,21 +70,6 @@ def test_every_jax_env_steps_under_jit_and_vmap_as_its_spec_declares(name):
     assert rewards.shape == (3, 4) and rewards.dtype == jnp.float32
     assert terminated.dtype == jnp.bool_ and truncated.dtype == jnp.bool_
     assert env.scoring in (envs.REGRET, envs.RETURNS)
-
-
-def experiment_configs():
-    """(file, preset, config) of every experiment config file and preset."""
-    found = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "experiments", "**", "*.py"), recursive=True)):
-        if path.endswith("__init__.py"):
-            continue
-        module = importlib.import_module(
-            "icrl_jax." + os.path.relpath(path, ROOT)[:-3].replace(os.sep, "."))
-        if not hasattr(module, "get_config"):
-            continue
-        for preset in [""] + sorted(getattr(module, "PRESETS", {})):
-            found.append((os.path.relpath(path, ROOT), preset, module.get_config(preset)))
-    return found
 
 
 CONFIGS = experiment_configs()

@@ -13,23 +13,10 @@ import pytest
 from icrl_jax import envs
 from icrl_jax.core import config as C
 from icrl_jax.core.errors import UnknownNameError, UserError
+from helpers import assert_user_error, run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DARKROOM = "experiments/ad/darkroom.py:quick"
-
-
-def run_cli(*args, cwd=ROOT):
-    return subprocess.run(["icrl-jax", *args], cwd=cwd, capture_output=True, text=True)
-
-
-def assert_user_error(out, *fragments):
-    """Exit status 2 and a single `icrl-jax: ...` line on stderr holding every fragment."""
-    assert out.returncode == 2, out.stderr[-3000:]
-    assert "Traceback" not in out.stderr, out.stderr[-3000:]
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("icrl-jax: "), out.stderr[-3000:]
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 # --- the command line ---------------------------------------------------------------------------

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import ast
 import copy
-import glob
-import importlib
 import os
 import re
-import subprocess
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -20,22 +17,9 @@ from icrl_jax import envs
 from icrl_jax.core import config as C
 from icrl_jax.core import validation as V
 from icrl_jax.core.errors import UserError
+from helpers import assert_user_error, experiment_configs, run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def experiment_configs():
-    """(file, preset, config) of every experiment config file and preset."""
-    found = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "experiments", "**", "*.py"), recursive=True)):
-        if path.endswith("__init__.py"):
-            continue
-        module = importlib.import_module(
-            "icrl_jax." + os.path.relpath(path, ROOT)[:-3].replace(os.sep, "."))
-        if hasattr(module, "get_config"):
-            for preset in [""] + sorted(getattr(module, "PRESETS", {})):
-                found.append((os.path.relpath(path, ROOT), preset, module.get_config(preset)))
-    return found
 
 
 CONFIGS = experiment_configs()
@@ -293,26 +277,13 @@ def test_a_value_of_another_type_is_a_user_error_naming_the_key():
 
 # --- the command line ----------------------------------------------------------------------------
 
-def run_cli(*args):
-    return subprocess.run(["icrl-jax", *args], cwd=ROOT, capture_output=True, text=True)
-
-
-def assert_one_line(out, *fragments):
-    assert out.returncode == 2, out.stderr[-3000:]
-    assert "Traceback" not in out.stderr, out.stderr[-3000:]
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("icrl-jax: "), out.stderr[-3000:]
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-
-
 def test_cli_bad_values_are_one_line_with_exit_status_2(tmp_path):
     bandit = "experiments/ad/bernoulli_bandit.py:quick"
     workdir = f"--config.workdir={tmp_path / 'run'}"
-    assert_one_line(run_cli("train", "--config", bandit, "--config.train.batch_size=-4", workdir),
+    assert_user_error(run_cli("train", "--config", bandit, "--config.train.batch_size=-4", workdir),
                     "config train.batch_size=-4 must be a positive integer",
                     "e.g. --config.train.batch_size=64")
-    assert_one_line(run_cli("train", "--config", "experiments/ad/darkroom.py:quick", workdir,
+    assert_user_error(run_cli("train", "--config", "experiments/ad/darkroom.py:quick", workdir,
                             "--config.data.num_test_tasks=100"),
                     "data.num_test_tasks=100", "tasks the env has")
     assert not (tmp_path / "run").exists()  # nothing built, nothing written
@@ -321,5 +292,5 @@ def test_cli_bad_values_are_one_line_with_exit_status_2(tmp_path):
 def test_cli_evaluate_without_a_checkpoint_is_one_line(tmp_path):
     out = run_cli("evaluate", "--config", "experiments/ad/bernoulli_bandit.py:quick",
                   f"--config.workdir={tmp_path}")
-    assert_one_line(out, f"no checkpoint to evaluate in {tmp_path}/checkpoints", "train first")
+    assert_user_error(out, f"no checkpoint to evaluate in {tmp_path}/checkpoints", "train first")
     assert not (tmp_path / "histories.npz").exists()  # found before any data is made
