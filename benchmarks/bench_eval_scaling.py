@@ -38,6 +38,9 @@ def one(num_envs: int, steps: int, policy: str, chunk: int, device: bool) -> dic
     import jax
     import numpy as np
 
+    if device and jax.default_backend() == "cpu":
+        return dict(skipped="no GPU or TPU here (JAX backend: cpu)")
+
     from icrl_jax.core.run import build_env
     from icrl_jax.data.dataset import to_step_windows
     from icrl_jax.data.histories import generate_histories
@@ -98,11 +101,7 @@ def main() -> None:
         return
 
     sizes = sorted(set(args.envs + ([args.max_envs] if args.max_envs else [])))
-    if args.device:
-        import jax
-        if jax.default_backend() == "cpu":
-            print("--device: no GPU or TPU here (JAX backend: cpu); nothing to run")
-            return
+    if args.device:  # the child finds the accelerator (this process must not hold it)
         sizes = sizes[-1:]
     rows = []
     for n in sizes:
@@ -115,6 +114,9 @@ def main() -> None:
             rows.append(f"| {n:,} | {args.steps} | failed (exit {done.returncode}) | | | | |")
             continue
         r = json.loads(done.stdout.strip().splitlines()[-1])
+        if "skipped" in r:
+            print(f"--device: {r['skipped']}; nothing to run")
+            return
         rows.append(f"| {n:,} | {r['steps']} | {r['first']:.1f} | {r['seconds']:.2f} | "
                     f"{r['steps_per_s']:,.0f} | {r['rss_mib']:,.0f} | {r['chunk'] or 'all'} |")
         print(rows[-1], f"({r['backend']}, {r['devices']} devices, cached={r['cached']})",
