@@ -149,3 +149,29 @@ def test_own_backward_pass_equals_autodiff_with_dropout_and_an_empty_row(causal_
     if causal_from is None:
         np.testing.assert_array_equal(ours(q, k, v)[:, 5], 0.0)
         np.testing.assert_array_equal(got[0][:, 5], 0.0)
+
+
+@pytest.mark.parametrize("position", ["rotary", "none"])
+def test_attention_window_masks_keys_further_back_than_the_window(position):
+    """`attention_window=W` over 150 tokens (three causal query blocks): equal to full attention
+    under the explicit mask "at most W - 1 tokens back" and to nothing else; a prefix named by
+    `causal_from` stays visible to every query; a non-causal model refuses a window."""
+    length, window, prefix = 150, 40, 5
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, length, 16))
+    windowed = Transformer(num_layers=2, num_heads=2, position=position, attention_window=window)
+    params = windowed.init(jax.random.PRNGKey(1), x)
+    index = jnp.arange(length)
+    back = index[:, None] - index[None, :]
+    explicit = ((back >= 0) & (back < window))[None, None]
+    full = Transformer(num_layers=2, num_heads=2, position=position)
+    np.testing.assert_allclose(windowed.apply(params, x),
+                               full.apply(params, x, attention_mask=explicit), atol=1e-5)
+    assert not np.allclose(windowed.apply(params, x), full.apply(params, x), atol=1e-3)
+    causal = jnp.tril(jnp.ones((length, length), bool))[None, None]
+    with_prefix = causal & ((back < window) | (index[None, :] < prefix))[None, None]
+    np.testing.assert_allclose(
+        windowed.apply(params, x, attention_mask=causal, causal_from=prefix),
+        full.apply(params, x, attention_mask=with_prefix), atol=1e-5)
+    with pytest.raises(ValueError, match="attention_window needs a causal mask"):
+        Transformer(num_layers=1, num_heads=2, causal=False, attention_window=4).init(
+            jax.random.PRNGKey(1), x)
