@@ -265,6 +265,24 @@ def assert_staggered_logits_equal_the_window_since_the_acting_cache_started(
     return lengths
 
 
+def perturbed_darkroom_ad(steps: int, **model):
+    """A 2-layer AD on Dark Room with `model` fields, its parameters perturbed away from the
+    init (so every path through the network matters), and `steps`-step random histories of two
+    tasks as step windows: (env, method, steps, windows, params)."""
+    env = envs.make("darkroom")
+    config = default_transformer_config()
+    config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
+                       label_smoothing=0.0, **model))
+    method = AD(config, env.num_actions, env.num_observations, grid_size=9)
+    windows = to_step_windows(generate_histories(env, envs_random(),
+                                                 env.task_params(np.array([3, 40])), steps,
+                                                 jax.random.PRNGKey(0)))
+    params = method.init(jax.random.PRNGKey(1), steps_of(windows, 0, CONTEXT))
+    params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(4), x.shape),
+                          params)
+    return env, method, steps, windows, params
+
+
 @pytest.mark.parametrize("num_caches,position,ngrams", [
     (2, "learned", {}), (3, "rotary", dict(ngram_positions=(0, 2), ngram_max=2)),
     (1, "learned", dict(ngram_positions=(1,), ngram_latest=True, ngram_match="observation"))])
@@ -274,18 +292,8 @@ def test_staggered_caches_give_the_logits_of_the_window_since_the_acting_cache_s
     step's logits are those of the full forward pass over the steps since the acting cache
     started (`staggered_slots`), n-gram layers included; once the context is full, the model
     sees between L - L/m + 1 and L steps."""
-    env = envs.make("darkroom")
-    config = default_transformer_config()
-    config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
-                       label_smoothing=0.0, position=position, **ngrams))
-    method = AD(config, env.num_actions, env.num_observations, grid_size=9)
-    steps = 3 * CONTEXT + 5
-    windows = to_step_windows(generate_histories(env, envs_random(),
-                                                 env.task_params(np.array([3, 40])), steps,
-                                                 jax.random.PRNGKey(0)))
-    params = method.init(jax.random.PRNGKey(1), steps_of(windows, 0, CONTEXT))
-    params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(4), x.shape),
-                          params)
+    env, method, steps, windows, params = perturbed_darkroom_ad(3 * CONTEXT + 5, position=position,
+                                                                **ngrams)
     policy = in_context_source(method, params, env, CONTEXT, greedy=False, max_steps=steps,
                                context_caches=num_caches).build
     assert policy.staggered and not policy.cached
@@ -394,18 +402,8 @@ def test_ad_with_an_attention_window_decodes_any_rollout_from_a_ring(position, w
     the full pass's over the whole rollout and the training computation's over its last
     num_layers x (W - 1) + 1 steps; learned positions or n-gram layers keep the recomputed
     window."""
-    env = envs.make("darkroom")
-    config = default_transformer_config()
-    config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
-                       label_smoothing=0.0, position=position, attention_window=window))
-    method = AD(config, env.num_actions, env.num_observations, grid_size=9)
-    steps = 4 * CONTEXT + 5
-    windows = to_step_windows(generate_histories(env, envs_random(),
-                                                 env.task_params(np.array([3, 40])), steps,
-                                                 jax.random.PRNGKey(0)))
-    params = method.init(jax.random.PRNGKey(1), steps_of(windows, 0, CONTEXT))
-    params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.PRNGKey(4), x.shape),
-                          params)
+    env, method, steps, windows, params = perturbed_darkroom_ad(4 * CONTEXT + 5, position=position,
+                                                                attention_window=window)
     policy = in_context_source(method, params, env, CONTEXT, greedy=False,
                                max_steps=steps).build
     assert_ring_logits_equal_the_trained_computation(policy, params, windows, window, 2)
