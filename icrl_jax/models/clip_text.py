@@ -38,20 +38,39 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from icrl_jax.models.gpt2 import CheckpointFormatError
+from icrl_jax.models.gpt2 import (ACCEPTED, HF_ACTIVATIONS, IMPLEMENTED, CheckpointFormatError,
+                                  activation_rule, audit_fields, missing_blocks,
+                                  unexpected_blocks)
 from icrl_jax.models.transformer import Transformer
 
 TEXT_PREFIX = "text_model."
 
-#: transformers' `hidden_act` names -> our `Transformer.activation`.
-HF_ACTIVATIONS = {"quick_gelu": "quick_gelu", "gelu": "gelu_exact", "gelu_new": "gelu_tanh",
-                  "gelu_pytorch_tanh": "gelu_tanh"}
+#: Every field of transformers' `CLIPTextConfig` (5.24; the fixture script checks the list).
+CLIP_TEXT_FIELDS: dict[str, Any] = {
+    "vocab_size": IMPLEMENTED, "max_position_embeddings": IMPLEMENTED,
+    "hidden_size": IMPLEMENTED, "num_hidden_layers": IMPLEMENTED,
+    "num_attention_heads": IMPLEMENTED, "layer_norm_eps": IMPLEMENTED,
+    "intermediate_size": IMPLEMENTED,  # any width (mlp_hidden where not a multiple of d)
+    "hidden_act": activation_rule("hidden_act"),
+    # The projection and eos_token_id act on the pooled output (the eos token's state) of
+    # CLIPTextModelWithProjection / CLIPModel; we compute last_hidden_state, which they leave.
+    "projection_dim": ACCEPTED, "eos_token_id": ACCEPTED,
+    "attention_dropout": ACCEPTED, "dropout": ACCEPTED,  # dropout at training only (gpt2._DROPOUT)
+    "initializer_factor": ACCEPTED, "tie_word_embeddings": ACCEPTED,  # no output head
+}
+
+#: A whole `CLIPModel`'s config.json: the text tower's fields are under `text_config` (older
+#: files: `text_config_dict`); the vision tower and the projections are never read.
+CLIP_MODEL_FIELDS: dict[str, Any] = {k: ACCEPTED for k in (
+    "text_config", "text_config_dict", "vision_config", "vision_config_dict", "projection_dim",
+    "logit_scale_init_value", "initializer_factor", "tie_word_embeddings")}
 
 
 @dataclasses.dataclass(frozen=True)
 class CLIPTextConfig:
     """The fields of transformers' `CLIPTextConfig` that fix the architecture (defaults: those
-    of OpenAI's CLIP ViT-B/32 text tower, for config files that leave a field out)."""
+    of OpenAI's CLIP ViT-B/32 text tower, for config files that leave a field out;
+    `CLIP_TEXT_FIELDS` audits every field)."""
 
     vocab_size: int = 49408
     max_position_embeddings: int = 77
@@ -63,28 +82,29 @@ class CLIPTextConfig:
     hidden_act: str = "quick_gelu"
 
     @classmethod
-    def from_hf(cls, hf: dict[str, Any]) -> "CLIPTextConfig":
-        """From a `config.json`: a `CLIPTextModel`'s, or a `CLIPModel`'s `text_config`."""
+    def from_hf(cls, hf: dict[str, Any], where: str = "config.json") -> "CLIPTextConfig":
+        """From a `config.json`: a `CLIPTextModel`'s, or a `CLIPModel`'s `text_config`; refuses
+        (one line naming the field) what we do not compute."""
         if hf.get("model_type") == "clip":
+            audit_fields(hf, CLIP_MODEL_FIELDS, where)
             hf = hf.get("text_config") or hf.get("text_config_dict") or {}
+            where += " text_config"
+        audit_fields(hf, CLIP_TEXT_FIELDS, where)
         cfg = cls(**{f.name: hf[f.name] for f in dataclasses.fields(cls) if f.name in hf})
-        if cfg.hidden_act not in HF_ACTIVATIONS:
-            raise CheckpointFormatError(f"hidden_act {cfg.hidden_act!r}: supported are "
-                                        f"{', '.join(HF_ACTIVATIONS)}")
-        if cfg.intermediate_size % cfg.hidden_size:
-            # Our feed-forward width is an integer multiple (mlp_ratio) of the model width.
-            raise CheckpointFormatError(
-                f"intermediate_size={cfg.intermediate_size} is not a multiple of hidden_size="
-                f"{cfg.hidden_size}: our transformer's feed-forward is mlp_ratio x d_model with "
-                "an integer mlp_ratio")
         if cfg.hidden_size % cfg.num_attention_heads:
-            raise CheckpointFormatError(f"hidden_size={cfg.hidden_size} is not a multiple of "
-                                        f"num_attention_heads={cfg.num_attention_heads}")
+            d, h = cfg.hidden_size, cfg.num_attention_heads
+            raise CheckpointFormatError(
+                f"{where}: num_attention_heads={h} does not divide hidden_size={d}: parameter "
+                f"'encoder.layers.0.self_attn.q_proj.weight' of shape ({d}, {d}) cannot be split "
+                f"into {h} heads of ({d}, {h}, head size)")
         return cfg
 
     @property
     def mlp_ratio(self) -> int:
-        return self.intermediate_size // self.hidden_size
+        """The feed-forward width over the model width, where it is an integer (else 0: the
+        width is `intermediate_size`, `Transformer.mlp_hidden`)."""
+        ratio, rest = divmod(self.intermediate_size, self.hidden_size)
+        return 0 if rest else ratio
 
     @property
     def activation(self) -> str:
@@ -94,9 +114,9 @@ class CLIPTextConfig:
     def backbone(self, **overrides) -> Transformer:
         """The shared transformer as CLIP's text block stack (with its final layer norm)."""
         kwargs = dict(num_layers=self.num_hidden_layers, num_heads=self.num_attention_heads,
-                      mlp_ratio=self.mlp_ratio, pre_norm=True, position="learned",
-                      max_len=self.max_position_embeddings, causal=True,
-                      norm_epsilon=self.layer_norm_eps, activation=self.activation)
+                      mlp_ratio=self.mlp_ratio or 4, mlp_hidden=self.intermediate_size,
+                      pre_norm=True, position="learned", max_len=self.max_position_embeddings,
+                      causal=True, norm_epsilon=self.layer_norm_eps, activation=self.activation)
         kwargs.update(overrides)
         return Transformer(**kwargs)
 
@@ -158,6 +178,12 @@ def _hf_to_ours(cfg: CLIPTextConfig) -> list[tuple[Any, tuple[str, ...], tuple[i
     return rows
 
 
+#: Keys beside the text tower's parameters: the position-id buffer older transformers saved,
+#: and CLIPTextModelWithProjection's projection (prefix-free files; a CLIPModel's vision tower
+#: and projections lie outside the `text_model.` prefix).
+_NOT_TEXT_TOWER = {"embeddings.position_ids", "text_projection.weight"}
+
+
 def read_hf_config(path: str) -> dict[str, Any]:
     """`path/config.json` as a dict (`CheckpointFormatError` when there is none)."""
     config_path = os.path.join(path, "config.json")
@@ -176,7 +202,7 @@ def load_hf_clip_text(path: str) -> tuple[CLIPTextConfig, dict[str, Any]]:
     or the missing key."""
     from safetensors import safe_open
 
-    cfg = CLIPTextConfig.from_hf(read_hf_config(path))
+    cfg = CLIPTextConfig.from_hf(read_hf_config(path), os.path.join(path, "config.json"))
     weights_path = os.path.join(path, "model.safetensors")
     if not os.path.isfile(weights_path):
         raise CheckpointFormatError(f"no model.safetensors in {path} (a Hugging Face model "
@@ -187,6 +213,18 @@ def load_hf_clip_text(path: str) -> tuple[CLIPTextConfig, dict[str, Any]]:
         # A CLIPModel (and transformers 4's CLIPTextModel) prefixes the text tower's keys; a
         # CLIPModel's vision tower and projections are never read.
         prefix = TEXT_PREFIX if any(k.startswith(TEXT_PREFIX) for k in present) else ""
+        tower = {k[len(prefix):] for k in present if k.startswith(prefix)} - _NOT_TEXT_TOWER
+        rows = _hf_to_ours(cfg)
+        expected = {k for keys, *_ in rows for k in (keys if isinstance(keys, tuple) else (keys,))}
+        extra = sorted(tower - expected)
+        if extra:
+            raise CheckpointFormatError(
+                f"{weights_path} does not fit its config.json: "
+                + (unexpected_blocks(extra, "encoder.layers.", cfg.num_hidden_layers,
+                                     "num_hidden_layers")
+                   or f"unexpected parameters {extra[:6]}{'...' if len(extra) > 6 else ''}"))
+        missing_blocks(tower, "encoder.layers.", cfg.num_hidden_layers, "num_hidden_layers",
+                       weights_path)
 
         def read(key: str, want: tuple[int, ...]) -> np.ndarray:
             if prefix + key not in present:
@@ -199,7 +237,7 @@ def load_hf_clip_text(path: str) -> tuple[CLIPTextConfig, dict[str, Any]]:
                     f"the model ({cfg}) needs {want}")
             return array
 
-        for keys, path_, want, to_ours in _hf_to_ours(cfg):
+        for keys, path_, want, to_ours in rows:
             keys = keys if isinstance(keys, tuple) else (keys,)
             node = params
             for part in path_[:-1]:

@@ -13,9 +13,11 @@ readers fill its parameters, nothing is ever downloaded:
   q and k projections with their rows permuted for its interleaved rotary layout; the reader
   undoes that, so both readers give the same parameters for the same model.
 
-A config field that changes the computation and that this model does not implement (rope
-scaling, another activation, another head size...) is refused with a `CheckpointFormatError`
-naming it, never loaded with wrong numbers.
+Every config field is audited (`LLAMA_FIELDS`, with the base fields of `gpt2.BASE_FIELDS`): a
+field that changes the computation and that this model does not implement (rope scaling, another
+activation, another head size, sliding windows...), or one the table does not list, is refused
+with a one-line `CheckpointFormatError` naming it and its value, never loaded with wrong
+numbers.
 
 Key map (transformers' Linear layers store `(out, in)`; ours `(in, ...)`):
 
@@ -42,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from icrl_jax.models.gpt2 import CheckpointFormatError
+from icrl_jax.models.gpt2 import ACCEPTED, IMPLEMENTED, CheckpointFormatError, Refused, audit_fields
 from icrl_jax.models.transformer import Transformer
 
 
@@ -81,51 +83,59 @@ class LlamaConfig:
         return self.d_model // self.num_heads
 
 
-#: transformers `LlamaConfig` fields that do not change what a forward pass in float32 computes
-#: (token ids, dtypes, caching, training-only dropout, generation settings, bookkeeping).
-_NEUTRAL = {"model_type", "architectures", "bos_token_id", "eos_token_id", "pad_token_id",
-            "torch_dtype", "dtype", "transformers_version", "use_cache", "attention_dropout",
-            "initializer_range", "pretraining_tp", "_name_or_path", "output_attentions",
-            "output_hidden_states", "return_dict", "is_decoder", "tokenizer_class",
-            "transformers.js_config", "max_position_embeddings", "chunk_size_feed_forward",
-            "id2label", "label2id", "problem_type", "tie_encoder_decoder", "is_encoder_decoder",
-            "add_cross_attention", "cross_attention_hidden_size", "prefix", "task_specific_params",
-            "finetuning_task", "pruned_heads", "torchscript", "decoder_start_token_id",
-            "sep_token_id", "use_bfloat16", "tf_legacy_loss", "num_key_value_heads",
-            "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "rms_norm_eps", "rope_theta", "tie_word_embeddings", "vocab_size", "attention_bias",
-            "mlp_bias", "hidden_act", "head_dim", "rope_scaling", "rope_parameters",
-            "layer_types", "sliding_window", "use_sliding_window"}
+#: Every field of transformers' `LlamaConfig` (5.24, and transformers 4's rope_theta /
+#: rope_scaling; the fixture script checks the list).
+LLAMA_FIELDS: dict[str, Any] = {
+    **{k: IMPLEMENTED for k in (
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "rms_norm_eps", "tie_word_embeddings",
+        "attention_bias", "mlp_bias",
+        "rope_theta",  # transformers 4's RoPE base
+        "rope_parameters",  # transformers 5's: rope_type default and rope_theta only (checked)
+        "max_position_embeddings")},  # a length limit (rotary positions have no table)
+    "hidden_act": Refused(("silu",), "our Llama feed-forward is SwiGLU with SiLU"),
+    "head_dim": IMPLEMENTED,  # only hidden_size / num_attention_heads (checked)
+    "rope_scaling": Refused((None, {"rope_type": "default"}, {"type": "default"}),
+                            "only the default RoPE; scaled / extended RoPE is not"),
+    # In transformers 4 it split each matmul into slices and summed them: the same numbers; 5
+    # no longer reads it.
+    "pretraining_tp": ACCEPTED,
+    "attention_dropout": ACCEPTED,  # dropout at training only (gpt2._DROPOUT)
+    # Fields of Llama-like configs that change attention (Mistral / Qwen2 style): refused.
+    "sliding_window": Refused((None, 0), "sliding-window attention"),
+    "use_sliding_window": Refused((False, None), "sliding-window attention"),
+}
+
+_ROPE_KEYS = {"rope_type", "rope_theta"}
 
 
 def llama_config_from_hf(hf: dict[str, Any], where: str = "config.json") -> LlamaConfig:
-    """transformers' Llama config dict -> `LlamaConfig`; refuses (naming the field) every
-    setting that changes the computation and that our model does not implement."""
+    """transformers' Llama config dict -> `LlamaConfig`; refuses (one line naming the field and
+    its value) every setting that changes the computation and that our model does not implement,
+    and every field `LLAMA_FIELDS` does not list."""
     if hf.get("model_type") != "llama":
         raise CheckpointFormatError(f"{where}: model_type {hf.get('model_type')!r}, not llama")
-    if hf.get("hidden_act", "silu") != "silu":
-        raise CheckpointFormatError(f"{where}: hidden_act {hf['hidden_act']!r}: our Llama "
-                                    f"feed-forward is SwiGLU with SiLU")
+    audit_fields(hf, LLAMA_FIELDS, where)
     d, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+    if d % heads:
+        raise CheckpointFormatError(f"{where}: num_attention_heads={heads} does not divide "
+                                    f"hidden_size={d}")
     if hf.get("head_dim") not in (None, d // heads):
-        raise CheckpointFormatError(f"{where}: head_dim={hf['head_dim']}: our attention uses "
-                                    f"hidden_size / num_attention_heads = {d // heads}")
-    rope = hf.get("rope_scaling") or {}
+        raise CheckpointFormatError(f"{where}: head_dim={hf['head_dim']} is not implemented: our "
+                                    f"attention uses hidden_size / num_attention_heads = "
+                                    f"{d // heads}")
     params = hf.get("rope_parameters") or {}
-    kind = rope.get("rope_type", rope.get("type")) or params.get("rope_type", "default")
-    if kind not in ("default", None):
-        raise CheckpointFormatError(f"{where}: rope_scaling / rope_parameters of type {kind!r} "
-                                    f"is not implemented (only the default RoPE)")
-    if hf.get("sliding_window") or hf.get("use_sliding_window"):
-        raise CheckpointFormatError(f"{where}: sliding_window attention is not implemented for "
-                                    f"Llama checkpoints")
-    unknown = sorted(set(hf) - _NEUTRAL)
-    if unknown:
-        raise CheckpointFormatError(f"{where}: fields {unknown} are not known to change nothing; "
-                                    f"refusing to load a model we may compute differently")
+    kind = params.get("rope_type", "default")
+    if kind != "default" or set(params) - _ROPE_KEYS:
+        raise CheckpointFormatError(f"{where}: rope_parameters={params!r} is not implemented "
+                                    f"(only the default RoPE: rope_type 'default', rope_theta)")
+    kv = int(hf.get("num_key_value_heads") or heads)
+    if heads % kv:
+        raise CheckpointFormatError(f"{where}: num_key_value_heads={kv} does not divide "
+                                    f"num_attention_heads={heads}")
     return LlamaConfig(
         vocab_size=int(hf["vocab_size"]), d_model=d, num_layers=int(hf["num_hidden_layers"]),
-        num_heads=heads, num_kv_heads=int(hf.get("num_key_value_heads") or heads),
+        num_heads=heads, num_kv_heads=kv,
         mlp_hidden=int(hf["intermediate_size"]), norm_epsilon=float(hf.get("rms_norm_eps", 1e-6)),
         rope_base=float(params.get("rope_theta", hf.get("rope_theta", 10000.0))),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any
 
 import flax
 import jax.numpy as jnp
 
-from icrl_jax.models.clip_text import CLIPTextConfig, load_hf_clip_text, read_hf_config
-from icrl_jax.models.gpt2 import (CheckpointFormatError, GPT2Config, load_hf_gpt2,
-                                  transformer_params)
-from icrl_jax.models.llama import (LlamaConfig, gguf_llama_config, llama_config_from_hf,
-                                   load_gguf_llama, load_hf_llama)
+from icrl_jax.models.clip_text import (CLIP_TEXT_FIELDS, CLIPTextConfig, load_hf_clip_text,
+                                      read_hf_config)
+from icrl_jax.models.gpt2 import (BASE_FIELDS, GPT2_FIELDS, CheckpointFormatError, GPT2Config,
+                                  load_hf_gpt2, transformer_params)
+from icrl_jax.models.llama import (LLAMA_FIELDS, LlamaConfig, gguf_llama_config,
+                                   llama_config_from_hf, load_gguf_llama, load_hf_llama)
 from icrl_jax.models.transformer import Transformer
 
 #: config.json `model_type` (or a GGUF file) -> family; a `CLIPModel` ("clip") gives its text
@@ -61,13 +63,17 @@ def _family(path: str, hf: dict[str, Any] | None) -> str:
 
 def _stack(family: str, cfg: GPT2Config | CLIPTextConfig | LlamaConfig) -> PretrainedStack:
     if family == "gpt":
-        d, fields = cfg.n_embd, dict(num_layers=cfg.n_layer, num_heads=cfg.n_head, mlp_ratio=4,
-                                     norm_epsilon=cfg.layer_norm_epsilon, activation="gelu_tanh")
+        d, fields = cfg.n_embd, dict(num_layers=cfg.n_layer, num_heads=cfg.n_head,
+                                     norm_epsilon=cfg.layer_norm_epsilon,
+                                     activation=cfg.activation)
+        fields.update(dict(mlp_hidden=cfg.n_inner) if cfg.n_inner else dict(mlp_ratio=4))
     elif family == "clip":
         d, fields = cfg.hidden_size, dict(num_layers=cfg.num_hidden_layers,
                                           num_heads=cfg.num_attention_heads,
-                                          mlp_ratio=cfg.mlp_ratio, norm_epsilon=cfg.layer_norm_eps,
+                                          norm_epsilon=cfg.layer_norm_eps,
                                           activation=cfg.activation)
+        fields.update(dict(mlp_ratio=cfg.mlp_ratio) if cfg.mlp_ratio
+                      else dict(mlp_hidden=cfg.intermediate_size))
     else:
         d, fields = cfg.d_model, dict(num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                                       norm_epsilon=cfg.norm_epsilon, norm="rmsnorm",
@@ -79,58 +85,95 @@ def _stack(family: str, cfg: GPT2Config | CLIPTextConfig | LlamaConfig) -> Pretr
         k: v for k, v in _BLOCK_DEFAULTS.items() if k not in fields}).items()))
 
 
+def _first_layers(stack: PretrainedStack, layers: int, path: str) -> PretrainedStack:
+    """`stack` cut to its first `layers` blocks (`model.pretrained_layers`; 0 = all of them).
+    Raises `CheckpointFormatError` naming the field when the LM has fewer."""
+    if not layers:
+        return stack
+    if not 1 <= layers <= stack.num_layers:
+        raise CheckpointFormatError(f"model.pretrained_layers={layers}: the language model in "
+                                    f"{path} has {stack.num_layers} layers (take 1 .. "
+                                    f"{stack.num_layers}, or 0 for all)")
+    return dataclasses.replace(stack, fields=tuple(
+        (k, layers if k == "num_layers" else v) for k, v in stack.fields))
+
+
 def _hf_config_or_none(path: str) -> dict[str, Any] | None:
     return None if path.endswith(".gguf") else read_hf_config(path)
 
 
-def pretrained_architecture(path: str) -> PretrainedStack:
+def pretrained_architecture(path: str, layers: int = 0) -> PretrainedStack:
     """The architecture of the model at `path` (a GPT-2, CLIP (text) or Llama directory, or a
-    llama GGUF file), from its config alone (no weights read)."""
+    llama GGUF file), from its config alone (no weights read); `layers` > 0: of its first
+    `layers` blocks (`model.pretrained_layers`)."""
     hf = _hf_config_or_none(path)
     family = _family(path, hf)
+    where = path if hf is None else os.path.join(path, "config.json")
     if family == "llama":
         if hf is None:
             from gguf import GGUFReader
-            return _stack(family, gguf_llama_config(GGUFReader(path), path))
-        return _stack(family, llama_config_from_hf(hf, path))
-    return _stack(family, (GPT2Config if family == "gpt" else CLIPTextConfig).from_hf(hf))
+            cfg = gguf_llama_config(GGUFReader(path), path)
+        else:
+            cfg = llama_config_from_hf(hf, where)
+    else:
+        cfg = (GPT2Config if family == "gpt" else CLIPTextConfig).from_hf(hf, where)
+    return _first_layers(_stack(family, cfg), layers, path)
 
 
-def load_pretrained(path: str) -> tuple[PretrainedStack, dict[str, Any]]:
+def load_pretrained(path: str, layers: int = 0) -> tuple[PretrainedStack, dict[str, Any]]:
     """A local Hugging Face GPT-2, CLIP (text) or Llama directory, or a llama GGUF file ->
     (architecture facts, the block stack's `Transformer` params, float32 numpy). The token
     embedding and the output head are dropped: a method brings its own embeddings and heads.
 
+    The whole checkpoint is read and checked against its own config first (a checkpoint with
+    more or fewer blocks than its config is refused); then `layers` > 0 keeps only its first
+    `layers` blocks and its final norm (`model.pretrained_layers`: asked for, never implied).
+
     Raises `CheckpointFormatError` for a missing file, a model of another family, a setting we
-    do not compute, or a checkpoint that does not fit its own config (naming the parameter and
-    shapes)."""
+    do not compute, or a checkpoint that does not fit its own config (naming the field, or the
+    parameter and shapes)."""
     family = _family(path, _hf_config_or_none(path))
     if family == "gpt":
         cfg, params = load_hf_gpt2(path)
-        return _stack(family, cfg), transformer_params(params)
-    if family == "llama":
+        stack, blocks = _stack(family, cfg), transformer_params(params)
+    elif family == "llama":
         cfg, params = (load_gguf_llama if path.endswith(".gguf") else load_hf_llama)(path)
-        return _stack(family, cfg), params["backbone"]
-    cfg, params = load_hf_clip_text(path)
-    return _stack(family, cfg), params["transformer"]
+        stack, blocks = _stack(family, cfg), params["backbone"]
+    else:
+        cfg, params = load_hf_clip_text(path)
+        stack, blocks = _stack(family, cfg), params["transformer"]
+    stack = _first_layers(stack, layers, path)
+    kept = {f"block_{i}" for i in range(stack.num_layers)}
+    return stack, {k: v for k, v in blocks.items() if not k.startswith("block_") or k in kept}
 
 
 def adopt_pretrained_architecture(model_config) -> None:
     """With `model.pretrained_architecture` on, set the model's architecture fields (d_model
-    and the stack's transformer fields) to `model.pretrained`'s, in place: a table column that
-    starts from another family (CLIP-DT next to GPT-DT) takes its LM's shape instead of failing
-    `check_backbone_fits`."""
+    and the stack's transformer fields; num_layers = `model.pretrained_layers` when set) to
+    `model.pretrained`'s, in place: a table column that starts from another family (CLIP-DT
+    next to GPT-DT) takes its LM's shape instead of failing `check_backbone_fits`."""
     if not (model_config.get("pretrained_architecture") and model_config.get("pretrained")):
         return
-    stack = pretrained_architecture(model_config.pretrained)
+    stack = pretrained_architecture(model_config.pretrained,
+                                    int(model_config.get("pretrained_layers") or 0))
     model_config.update(dict(stack.fields, d_model=stack.d_model))
 
 
 @functools.lru_cache(maxsize=4)
-def cached_pretrained(path: str) -> tuple[PretrainedStack, dict[str, Any]]:
+def cached_pretrained(path: str, layers: int = 0) -> tuple[PretrainedStack, dict[str, Any]]:
     """`load_pretrained`, read once per process (a method is built by training, evaluation and
     each sweep replica)."""
-    return load_pretrained(path)
+    return load_pretrained(path, layers)
+
+
+def unaudited_fields(fields: dict[str, list[str]]) -> dict[str, list[str]]:
+    """family ("gpt2" | "clip_text" | "llama") -> the config fields of a transformers release
+    (the fixture script's list) that the family's table and `BASE_FIELDS` do not list; empty
+    when every field is audited."""
+    tables = {"gpt2": GPT2_FIELDS, "clip_text": CLIP_TEXT_FIELDS, "llama": LLAMA_FIELDS}
+    bad = {family: sorted(set(names) - set(tables[family]) - set(BASE_FIELDS))
+           for family, names in fields.items()}
+    return {family: names for family, names in bad.items() if names}
 
 
 def check_backbone_fits(stack: PretrainedStack, d_model: int, backbone: Transformer,

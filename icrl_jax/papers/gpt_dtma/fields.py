@@ -11,8 +11,13 @@ from icrl_jax.methods.fields import dt_model_config
 def gpt_dt_fields() -> dict:
     """GPT-DT's own fields of `config.model` (`papers/gpt_dtma/method.py`), beside the DT's."""
     return dict(
-        pretrained="",  # a Hugging Face GPT-2 or CLIP text directory whose blocks initialise it
+        # a Hugging Face GPT-2, CLIP text or Llama directory, or a Llama GGUF file, whose blocks
+        # initialise it
+        pretrained="",
         pretrained_architecture=False,  # take d_model, layers, heads... from `pretrained`
+        # take only the LM's first k blocks (and its final norm); 0 = all of them. Never
+        # implied: a model with fewer layers than the LM is refused unless this says k.
+        pretrained_layers=0,
         mixture_of_attention=False,  # MoA: a softmax gate over each layer's heads, per token
         markov_penalty=0.0,  # alpha of GPT-DTMA-R: alpha x the Markov heads' mean MoA gates
         freeze_attention=False,  # GPT-DT(part): the LM's attention stays frozen
@@ -29,6 +34,7 @@ def gpt_dt_model_config() -> ml_collections.ConfigDict:
 #: What GPT-DT's fields and the language model's `lm` section take (core/validation.py).
 GPT_DT_CONSTRAINTS = V.declare("gpt_dt", (
     V.string("model.pretrained", "runs/gpt2_lm_quick/hf"), V.boolean("model.pretrained_architecture"),
+    V.non_negative_int("model.pretrained_layers", 6),
     V.boolean("model.mixture_of_attention"), V.non_negative("model.markov_penalty", 0.1),
     V.boolean("model.freeze_attention"),
     V.string("lm.corpus", "pydoc_topics"),
