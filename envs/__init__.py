@@ -24,6 +24,13 @@ from icrl_jax.core.registry import Registry
 #: Environment name -> constructor (its kwargs are `env.kwargs`). A paper's own envs register
 #: here from its package.
 REGISTRY = Registry("environment")
+#: Envs whose simulator comes with an optional extra (`core/extras.py`): `make` names the extra
+#: while the package is not installed.
+SIMULATOR_PACKAGES = {
+    "hopper": ("brax",), "walker2d": ("brax",), "halfcheetah": ("brax",),
+    "miniworld_darkroom": ("miniworld",), "miniworld_key_to_door": ("miniworld",),
+    "vizdoom": ("vizdoom",),
+}
 for _name, _constructor in {
     "bernoulli_bandit": BernoulliBandit,
     "contextual_bandit": ContextualBandit,
@@ -42,7 +49,7 @@ for _name, _constructor in {
     "miniworld_key_to_door": functools.partial(MiniworldRoom, "key_to_door"),
     "vizdoom": ViZDoom,
 }.items():
-    REGISTRY.register(_name, _constructor)
+    REGISTRY.register(_name, _constructor, needs=SIMULATOR_PACKAGES.get(_name, ()))
 
 
 def make(name: str, **kwargs) -> EnvSpec:

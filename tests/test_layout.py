@@ -28,7 +28,8 @@ PAPER_NAMES = re.compile(
 
 #: Layers, lowest first: a module may import only from its own layer or lower ones.
 LAYERS = [
-    ("base", ("icrl_jax.core.errors", "icrl_jax.core.registry", "icrl_jax.core.files")),
+    ("base", ("icrl_jax.core.errors", "icrl_jax.core.extras", "icrl_jax.core.registry",
+              "icrl_jax.core.files")),
     ("envs", ("icrl_jax.envs",)),
     ("utilities", ("icrl_jax.core.config", "icrl_jax.core.validation", "icrl_jax.core.metrics",
                    "icrl_jax.core.logging_utils", "icrl_jax.core.distributed", "icrl_jax.core.plots",
@@ -166,7 +167,7 @@ def test_the_env_layer_imports_only_the_base():
     found = [f"{m}:{line} -> {imported}" for m, path in MODULES.items()
              if m.startswith("icrl_jax.envs") for line, imported in _imports(path)
              if not imported.startswith(("icrl_jax.envs", "icrl_jax.core.errors",
-                                         "icrl_jax.core.registry"))]
+                                         "icrl_jax.core.extras", "icrl_jax.core.registry"))]
     assert found == []
 
 

@@ -10,27 +10,17 @@ imported only when a bridge or an oracle is built (they pull in heavy native dep
 from __future__ import annotations
 
 import abc
-import importlib.util
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.core.errors import UserError
+from icrl_jax.core.extras import MissingExtraError, require_extra
 from icrl_jax.envs.core import EnvSpec
 
-
-class MissingSimulatorError(UserError):
-    """A host simulator whose Python package is not installed."""
-
-
-def require_simulator(module: str, name: str, requirement: str) -> None:
-    """`MissingSimulatorError` saying how to install `name` unless `module` can be imported
-    (looked up, not imported: importing a simulator may open a display or boot an engine)."""
-    if importlib.util.find_spec(module) is None:
-        raise MissingSimulatorError(
-            f"the {name} simulator is not installed (no Python module {module!r}): "
-            f"pip install '{requirement}'")
+#: A host simulator whose Python package is not installed (its message names the extra).
+MissingSimulatorError = MissingExtraError
 
 
 class HostEnv(EnvSpec, abc.ABC):
@@ -97,7 +87,7 @@ class MiniworldRoom(HostEnv):
         if layout not in ("darkroom", "key_to_door"):
             raise UserError(f"env.kwargs.layout must be 'darkroom' or 'key_to_door' (Miniworld), "
                             f"got {layout!r}")
-        require_simulator("miniworld", "Miniworld", "miniworld>=2.1")
+        require_extra("miniworld", "the Miniworld simulator")
         self.layout, self.episode_length = layout, int(episode_length)
 
     def tasks(self) -> np.ndarray:
@@ -128,7 +118,7 @@ class ViZDoom(HostEnv):
     num_tasks = 1
 
     def __init__(self, scenario: str = "my_way_home"):
-        require_simulator("vizdoom", "ViZDoom", "vizdoom>=1.2")
+        require_extra("vizdoom", "the ViZDoom simulator")
         from icrl_jax.envs.host import vizdoom as vd
         if scenario not in vd.SCENARIOS:
             raise UserError(f"env.kwargs.scenario must be one of {vd.SCENARIOS}, got {scenario!r}")

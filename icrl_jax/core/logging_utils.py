@@ -12,6 +12,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from icrl_jax.core.errors import UserError, did_you_mean
+from icrl_jax.core.extras import import_extra
 
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -43,10 +44,7 @@ def _wandb_for(workdir: str, project: str, mode: str, run_config: dict | None):
     if mode not in WANDB_MODES:
         raise UserError(f"unknown log.wandb_mode {mode!r}{did_you_mean(mode, WANDB_MODES)} "
                         f"(available: {', '.join(WANDB_MODES)})")
-    try:
-        import wandb
-    except ImportError as e:
-        raise UserError("wandb logging needs `pip install wandb` (or the [wandb] extra)") from e
+    wandb = import_extra("wandb", "log.wandb=True")
     path = os.path.abspath(workdir)
     if _wandb_run is not None and _wandb_run[0] == path:
         return _wandb_run[1]

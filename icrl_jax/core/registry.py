@@ -7,7 +7,11 @@ first imports the modules that define that kind of part (`modules`, given when t
 made) and every paper package's `plugin` module under `icrl_jax.papers`, so the core finds the
 papers without naming them: a new paper is a new package there, and nothing shared is edited.
 
-This module imports nothing but the errors module, so the env layer can use it too.
+A part may need an optional package (`register(..., needs=("vizdoom",))`): looking it up while
+that package is not installed raises `MissingExtraError`, one line naming the extra that
+installs it (`core/extras.py`).
+
+This module imports nothing but the errors and extras modules, so the env layer can use it too.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pkgutil
 from typing import Any, Callable, Iterator
 
 from icrl_jax.core.errors import unknown_name
+from icrl_jax.core.extras import require_extra
 
 #: Packages whose every subpackage is a paper; each one's `plugin` module is imported (it
 #: registers the paper's parts) the first time a registry looks a name up.
@@ -59,20 +64,29 @@ class Registry:
         self.kind = kind
         self.modules = modules
         self._parts: dict[str, Any] = {}
+        self._needs: dict[str, tuple[str, ...]] = {}
         self._complete = False
 
-    def register(self, name_or_part: Any = None, part: Any = None) -> Any:
+    def register(self, name_or_part: Any = None, part: Any = None, needs: tuple[str, ...] = ()) -> Any:
         """`register(name, part)`, or as a decorator: `@register("name")`, or `@register` on a
-        class with a `name` attribute. Registering another part under a taken name is an error."""
+        class with a `name` attribute. Registering another part under a taken name is an error.
+        `needs`: the optional packages (top-level modules of `core.extras.EXTRAS`) the part
+        cannot work without; `get` names their extra while one is not installed."""
         if isinstance(name_or_part, str) and part is None:
-            return lambda obj: self.register(name_or_part, obj)
+            return lambda obj: self.register(name_or_part, obj, needs)
         if not isinstance(name_or_part, str):
             name_or_part, part = name_or_part.name, name_or_part
         name = name_or_part
         if name in self._parts and self._parts[name] is not part:
             raise ValueError(f"{self.kind} name {name!r} is registered twice")
         self._parts[name] = part
+        if needs:
+            self._needs[name] = tuple(needs)
         return part
+
+    def needs(self, name: str) -> tuple[str, ...]:
+        """The optional packages the part `name` needs (see `register`)."""
+        return self._needs.get(name, ())
 
     def _complete_registrations(self) -> None:
         if self._complete:
@@ -88,11 +102,15 @@ class Registry:
         load_plugins()
 
     def get(self, name: str) -> Any:
-        """The part registered as `name`; an `UnknownNameError` naming the nearest otherwise."""
+        """The part registered as `name`; an `UnknownNameError` naming the nearest otherwise, and
+        a `MissingExtraError` naming the extra to install where an optional package it needs is
+        missing."""
         if name not in self._parts:
             self._complete_registrations()
         if name not in self._parts:
             raise unknown_name(self.kind, name, self._parts)
+        for module in self._needs.get(name, ()):
+            require_extra(module, f"{self.kind} {name!r}")
         return self._parts[name]
 
     def __contains__(self, name: str) -> bool:

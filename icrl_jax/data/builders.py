@@ -469,8 +469,8 @@ def _cut_episodes(history, info) -> list[dict]:
 #: `data.builder` name -> `Builder`. A paper's own builders register here from its package.
 BUILDERS = Registry("data builder")
 BUILDERS.register("histories", Histories())
-BUILDERS.register("minari", Minari())
-BUILDERS.register("locomotion", LocomotionData())
+BUILDERS.register("minari", Minari(), needs=("minari",))
+BUILDERS.register("locomotion", LocomotionData(), needs=("minari",))
 
 
 def builder_of(config):

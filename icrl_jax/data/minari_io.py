@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from icrl_jax.core.errors import UserError
+from icrl_jax.core.extras import import_extra
 from icrl_jax.data.trajectories import Trajectories, returns_to_go
 
 
@@ -218,7 +219,7 @@ def write_minari(root, dataset_id: str, episodes: Sequence[dict], observation_sp
     See the module docstring for the episode format. Observations and actions are stored in the
     spaces' dtypes (float32 Box, int64 Discrete); rewards as float32.
     """
-    import minari
+    minari = import_extra("minari", "writing a Minari dataset")
     from minari.data_collector import EpisodeBuffer
     obs_space, act_space = _gym_space(observation_space), _gym_space(action_space)
     if not len(episodes):
@@ -283,7 +284,7 @@ def read_minari(dataset, root=None, env=None) -> MinariEpisodes:
 
     With `env` (an `EnvSpec`), raises `DatasetSpaceError` unless the dataset's spaces match it.
     """
-    import minari
+    minari = import_extra("minari", "reading a Minari dataset")
     path = _resolve(dataset, root)
     ds = minari.MinariDataset(path)
     meta = ds.storage.metadata

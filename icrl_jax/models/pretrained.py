@@ -19,6 +19,7 @@ from typing import Any
 import flax
 import jax.numpy as jnp
 
+from icrl_jax.core.extras import import_extra
 from icrl_jax.models.clip_text import (CLIP_TEXT_FIELDS, CLIPTextConfig, load_hf_clip_text,
                                       read_hf_config)
 from icrl_jax.models.gpt2 import (BASE_FIELDS, GPT2_FIELDS, CheckpointFormatError, GPT2Config,
@@ -111,7 +112,7 @@ def pretrained_architecture(path: str, layers: int = 0) -> PretrainedStack:
     where = path if hf is None else os.path.join(path, "config.json")
     if family == "llama":
         if hf is None:
-            from gguf import GGUFReader
+            GGUFReader = import_extra("gguf", "a GGUF model file").GGUFReader
             cfg = gguf_llama_config(GGUFReader(path), path)
         else:
             cfg = llama_config_from_hf(hf, where)
