@@ -44,8 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from icrl_jax.core.extras import import_extra
-from icrl_jax.models.gpt2 import ACCEPTED, IMPLEMENTED, CheckpointFormatError, Refused, audit_fields
+from icrl_jax.models.gpt2 import (ACCEPTED, IMPLEMENTED, CheckpointFormatError, Refused,
+                                  audit_fields, missing_blocks, unexpected_blocks)
 from icrl_jax.models.transformer import Transformer
 
 
@@ -199,6 +199,11 @@ def params_from_hf_state(cfg: LlamaConfig, state: dict[str, np.ndarray],
         state = {k: v for k, v in state.items() if k != "lm_head.weight"}
     state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}
     missing, extra = sorted(set(want) - set(state)), sorted(set(state) - set(want))
+    field = "num_hidden_layers (GGUF: llama.block_count)"
+    more = unexpected_blocks(extra, "layers.", cfg.num_layers, field)
+    if more:
+        raise CheckpointFormatError(f"{where} does not fit the config: {more}")
+    missing_blocks(state, "layers.", cfg.num_layers, field, where)
     if missing or extra:
         raise CheckpointFormatError(f"{where} does not fit the config: missing "
                                     f"{missing[:6]}{'...' if len(missing) > 6 else ''}, "
@@ -347,7 +352,7 @@ def gguf_state(reader, cfg: LlamaConfig) -> dict[str, np.ndarray]:
 
 def load_gguf_llama(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
     """A GGUF llama file -> (config, `LlamaLM` params, float32 numpy)."""
-    GGUFReader = import_extra("gguf", "a GGUF model file").GGUFReader
+    from gguf import GGUFReader
 
     if not os.path.isfile(path):
         raise CheckpointFormatError(f"no GGUF file at {path}")
@@ -361,8 +366,7 @@ def gguf_tokenizer(path: str):
     merges), as a `tokenizers.Tokenizer`. The pre-tokenizer is GPT-2's byte-level split; a
     model whose llama.cpp pre-tokenizer differs (e.g. splitting digits one by one) may split a
     few strings differently from its own tokenizer."""
-    GGUFReader = import_extra("gguf", "a GGUF model file").GGUFReader
-    import_extra("tokenizers", "a GGUF file's tokenizer")
+    from gguf import GGUFReader
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     reader = GGUFReader(path)
