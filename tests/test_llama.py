@@ -174,3 +174,52 @@ def test_a_gpt_dt_starts_from_a_llama_ggufs_blocks(tmp_path):
     _, lm = L.load_gguf_llama(gguf)
     np.testing.assert_array_equal(params["backbone"]["block_1"]["mlp"]["down"]["kernel"],
                                   lm["backbone"]["block_1"]["mlp"]["down"]["kernel"])
+
+
+def _gguf_with(tmp_path, key: str, value) -> str:
+    """The fixture GGUF rewritten with one more metadata key (gguf's writer; F32 tensors)."""
+    from gguf import GGUFReader, GGUFWriter
+
+    reader = GGUFReader(os.path.join(FIXTURE, "model.gguf"))
+    path = str(tmp_path / "model.gguf")
+    writer = GGUFWriter(path, "llama")
+    meta = {k: reader.fields[k].contents() for k in reader.fields
+            if k.startswith("llama.")} | {key: value}
+    for name, v in meta.items():
+        if isinstance(v, bool):
+            writer.add_bool(name, v)
+        elif isinstance(v, int):
+            writer.add_uint32(name, v)
+        elif isinstance(v, float):
+            writer.add_float32(name, v)
+        else:
+            writer.add_string(name, v)
+    for tensor in reader.tensors:
+        shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
+        writer.add_tensor(tensor.name, np.asarray(tensor.data, np.float32).reshape(shape))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("key,value", [
+    ("llama.rope.scaling.type", "linear"), ("llama.rope.scaling.factor", 4.0),
+    ("llama.expert_count", 4), ("llama.attention.sliding_window", 16),
+    ("llama.attention.key_length", 4), ("llama.rope.dimension_count", 4),
+    ("llama.attention.layer_norm_epsilon", 0.5), ("llama.a_key_from_the_future", 1),
+])
+def test_gguf_metadata_we_do_not_compute_is_refused_naming_it(tmp_path, key, value):
+    from icrl_jax.models.pretrained import load_pretrained, pretrained_architecture
+
+    path = _gguf_with(tmp_path, key, value)
+    for load in (pretrained_architecture, load_pretrained):
+        with pytest.raises(CheckpointFormatError, match=f"{key}={value!r}"):
+            load(path)
+
+
+def test_gguf_metadata_that_changes_nothing_loads(tmp_path):
+    path = _gguf_with(tmp_path, "general.name", "a renamed model")
+    cfg, params = L.load_gguf_llama(path)
+    np.testing.assert_allclose(logits_of(cfg, params), OUTPUTS["logits"], atol=1e-4, rtol=0)

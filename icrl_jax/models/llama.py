@@ -290,21 +290,43 @@ def _gguf_field(reader, key: str, default=None):
     return value
 
 
+#: The `llama.*` metadata keys of a GGUF file (llama.cpp's names): implemented, accepted, or
+#: refused unless at a value we compute; an unlisted key is refused. `general.*` (names,
+#: licence, quantisation) and `tokenizer.*` keys change no number.
+GGUF_LLAMA_FIELDS: dict[str, Any] = {
+    **{f"llama.{k}": IMPLEMENTED for k in (
+        "block_count", "context_length", "embedding_length", "feed_forward_length",
+        "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
+        "rope.freq_base", "vocab_size",
+        # each must be the head size hidden / heads (checked)
+        "rope.dimension_count", "attention.key_length", "attention.value_length")},
+    "llama.rope.scaling.type": Refused(("none",), "only the default RoPE"),
+    "llama.rope.scaling.factor": Refused((1.0,), "only the default RoPE"),
+    "llama.rope.scaling.original_context_length": ACCEPTED,  # read only with a scaling type
+    "llama.rope.scaling.finetuned": ACCEPTED,
+    "llama.expert_count": Refused((0,), "mixture-of-experts feed-forwards"),
+    "llama.expert_used_count": Refused((0,), "mixture-of-experts feed-forwards"),
+    "llama.attention.sliding_window": Refused((0,), "sliding-window attention"),
+}
+_GGUF_NEUTRAL_PREFIXES = ("general.", "tokenizer.", "GGUF.")
+
+
 def gguf_llama_config(reader, where: str) -> LlamaConfig:
-    """A GGUF file's llama.* metadata -> `LlamaConfig` (refusing rope scaling and the like)."""
+    """A GGUF file's llama.* metadata -> `LlamaConfig`, every key audited
+    (`GGUF_LLAMA_FIELDS`: rope scaling, experts, sliding windows and unknown keys refused)."""
     arch = _gguf_field(reader, "general.architecture")
     if arch != "llama":
         raise CheckpointFormatError(f"{where}: general.architecture {arch!r}, not llama")
+    audit_fields({k: _gguf_field(reader, k) for k in reader.fields
+                  if not k.startswith(_GGUF_NEUTRAL_PREFIXES)}, GGUF_LLAMA_FIELDS, where)
     meta = {k[len("llama."):]: _gguf_field(reader, k) for k in reader.fields
             if k.startswith("llama.")}
-    if meta.get("rope.scaling.type") not in (None, "none"):
-        raise CheckpointFormatError(f"{where}: llama.rope.scaling.type "
-                                    f"{meta['rope.scaling.type']!r} is not implemented")
     d, heads = int(meta["embedding_length"]), int(meta["attention.head_count"])
-    if int(meta.get("rope.dimension_count", d // heads)) != d // heads:
-        raise CheckpointFormatError(f"{where}: llama.rope.dimension_count="
-                                    f"{meta['rope.dimension_count']}: our RoPE rotates the whole "
-                                    f"head ({d // heads})")
+    for key in ("rope.dimension_count", "attention.key_length", "attention.value_length"):
+        if int(meta.get(key, d // heads)) != d // heads:
+            raise CheckpointFormatError(f"{where}: llama.{key}={meta[key]} is not implemented: "
+                                        f"our attention's heads (and RoPE) span the head size "
+                                        f"embedding_length / head_count = {d // heads}")
     names = {t.name for t in reader.tensors}
     vocab = meta.get("vocab_size") or len(_gguf_field(reader, "tokenizer.ggml.tokens", []))
     return LlamaConfig(
