@@ -138,3 +138,14 @@ def test_pretrain_lm_learns_bytes_and_writes_a_loadable_checkpoint(tmp_path):
     assert {"layer", "head", "r1", "r2", "markov"} <= set(out["markov_heads_trained"][0])
     with pytest.raises(Exception, match="pretrain-lm takes a config with an `lm` section"):
         run.run(config, "train")
+
+
+def test_markov_head_table_of_any_pretrained_family():
+    """`python -m icrl_jax.papers.gpt_dtma.markov_heads DIR` reads a GPT-2 directory through the
+    one pretrained entry point, beside a random init of the same blocks."""
+    from icrl_jax.papers.gpt_dtma.markov_heads import main
+
+    table = main([FIXTURE])
+    assert table["family"] == "gpt"
+    assert table["pretrained"]["heads"] == table["random_init"]["heads"] == 2 * 4
+    assert table["random_basis_r2"] == pytest.approx(np.sqrt(np.pi * 8 / 2), abs=0.01)

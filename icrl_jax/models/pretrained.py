@@ -7,6 +7,13 @@ or config.json's `model_type`); it returns the architecture facts a backbone mus
 (`PretrainedStack`: the shared transformer's fields) and the block stack's params in our
 `Transformer` layout (`block_{i}`, `final_norm`, `position_embedding`). `check_backbone_fits`
 and `backbone_from_lm` need nothing else, so a method never branches on the model family.
+
+Loading refuses what it cannot compute: every config field is in its family's audited table
+(`gpt2.GPT2_FIELDS`, `clip_text.CLIP_TEXT_FIELDS`, `llama.LLAMA_FIELDS` / `GGUF_LLAMA_FIELDS`,
+with `gpt2.BASE_FIELDS`), as accepted (changes nothing we compute), implemented, or refused
+unless at a value we compute; an unlisted field is refused too (`unaudited_fields` checks a
+transformers release's fields against the tables). A checkpoint with more or fewer blocks than
+its config is refused; only `model.pretrained_layers=k` takes its first k blocks.
 """
 
 from __future__ import annotations

@@ -106,26 +106,31 @@ def markov_summary(heads: list[dict[str, Any]], r: float = R_DEFAULT) -> dict[st
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """`python -m icrl_jax.papers.gpt_dtma.markov_heads PATH`: the Markov-head table of a
-    Llama-family LM (a GGUF file or a Hugging Face directory) next to a random initialisation of
-    the same shape (seed 0), as JSON."""
+    pretrained LM (anything `model.pretrained` takes: a Llama GGUF file, or a Hugging Face
+    GPT-2, CLIP text or Llama directory, such as `icrl-jax pretrain-lm`'s) next to a random
+    initialisation of the same blocks (seed 0), as JSON."""
     import argparse
     import json
 
     import jax
+    import jax.numpy as jnp
 
-    from icrl_jax.models import llama
+    from icrl_jax.models.pretrained import load_pretrained
+    from icrl_jax.models.transformer import Transformer
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("path")
     parser.add_argument("--r", type=float, default=R_DEFAULT)
     args = parser.parse_args(argv)
-    load = llama.load_gguf_llama if args.path.endswith(".gguf") else llama.load_hf_llama
-    cfg, params = load(args.path)
-    init = llama.LlamaLM(cfg).init(jax.random.key(0), np.zeros((1, 4), np.int32))["params"]
-    table = {"pretrained": markov_summary(markov_heads(params["backbone"], args.r), args.r),
-             "random_init": markov_summary(markov_heads(
-                 jax.tree.map(np.asarray, init["backbone"]), args.r), args.r),
-             "random_basis_r2": round(random_basis_ratio(cfg.head_dim), 2)}
+    stack, blocks = load_pretrained(args.path)
+    init = Transformer(**dict(stack.fields)).init(jax.random.key(0),
+                                                  jnp.zeros((1, 4, stack.d_model)))["params"]
+    heads = dict(stack.fields)["num_heads"]
+    table = {"family": stack.family,
+             "pretrained": markov_summary(markov_heads(blocks, args.r), args.r),
+             "random_init": markov_summary(markov_heads(jax.tree.map(np.asarray, init), args.r),
+                                           args.r),
+             "random_basis_r2": round(random_basis_ratio(stack.d_model // heads), 2)}
     print(json.dumps(table, indent=1))
     return table
 
