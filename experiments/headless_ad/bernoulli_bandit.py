@@ -42,6 +42,28 @@ PRESETS["cpu"] = dict(QUICK, **{
     "data.num_train_tasks": 10_000, "data.num_test_tasks": 100, "train.num_steps": 30_000,
     "eval.temperature": 0.5})
 
+# Side by side with the authors' code (benchmarks/matched_headless_ad/): one small configuration
+# that both implementations train on 2 shared CPU cores in minutes (their PyTorch step is the
+# slow one): the same 2,000 Thompson-sampling histories of 3-6 arms x 40 steps (a window is a
+# whole history, as in their data when seq_len = num_env_steps), 800 updates of batch 16, their
+# schedule (linear warmup over 10%, cosine to 0, clip 5, AdamW b2 0.999) and no dropout (their
+# fused kernels also drop at evaluation). tau 1, so that their tau-free policy and our
+# softmax(similarity / tau) are the same policy. `:matched_reference` is the authors' layout.
+MATCHED = {
+    "env.kwargs.arms": (3, 6), "data.num_train_tasks": 2000, "data.num_test_tasks": 100,
+    "data.num_steps": 40, "train.seq_len": 40, "eval.num_steps": 40,
+    "model.d_model": 64, "model.num_layers": 2, "model.num_heads": 4,
+    "model.embedding_dropout": 0.0, "model.attention_dropout": 0.0,
+    "model.residual_dropout": 0.0, "model.action_embed_dim": 16, "model.tau": 1.0,
+    "train.num_steps": 800, "train.batch_size": 16, "train.learning_rate": 2e-3,
+    "train.warmup_steps": 80, "train.min_lr_ratio": 0.0, "train.grad_clip": 5.0,
+    "train.b1": 0.9, "train.b2": 0.999, "train.weight_decay": 1e-4,
+    "train.steps_per_call": 100, "train.log_every": 100, "train.checkpoint_every": 800,
+    "eval.baselines": ("source", "random"), "eval.greedy": False, "eval.temperature": 1.0,
+}
+PRESETS["matched"] = MATCHED
+PRESETS["matched_reference"] = dict(MATCHED, **{"model.layout": "reference"})
+
 
 def get_config(preset: str = ""):
     config = ad_config()

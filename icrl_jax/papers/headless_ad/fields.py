@@ -10,7 +10,9 @@ from icrl_jax.core import validation as V
 def default_headless_config() -> dict:
     """Headless-AD fields to add to a `model` config (values: the paper's Bernoulli bandit)."""
     return dict(action_embed_dim=64, tau=1.34, loss="infonce", prompt=True,
-                embeddings="orthonormal", eval_embedding_seed=0, reward_gated_actions=False)
+                embeddings="orthonormal", eval_embedding_seed=0, reward_gated_actions=False,
+                # "reference": the authors' bandit model (reference_method.py)
+                layout="ours")
 
 
 def add_headless_fields(config: ml_collections.ConfigDict, **overrides) -> None:
@@ -26,4 +28,5 @@ HEADLESS_CONSTRAINTS = V.declare("headless_ad", (
     V.choice("model.loss", ("infonce", "mse")), V.boolean("model.prompt"),
     V.choice("model.embeddings", ("orthonormal", "normal")),
     V.integer("model.eval_embedding_seed", 0), V.boolean("model.reward_gated_actions"),
+    V.choice("model.layout", ("ours", "reference")),
 ))

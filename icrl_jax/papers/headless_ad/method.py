@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from icrl_jax.papers.headless_ad.fields import add_headless_fields, default_headless_config  # noqa: F401
+from icrl_jax.core.errors import UserError
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.methods import register
 from icrl_jax.methods.ad import AD, grid_size_of
@@ -242,6 +243,14 @@ class HeadlessAD(InContextMethod):
 
     @classmethod
     def from_config(cls, config, env, model_config) -> "HeadlessAD":
+        """`model.layout`: "ours" (this model) or "reference" (the authors' bandit model,
+        `reference_method.ReferenceHeadlessAD`)."""
+        layout = model_config.get("layout", "ours")
+        if layout == "reference":
+            from icrl_jax.papers.headless_ad.reference_method import ReferenceHeadlessAD
+            return ReferenceHeadlessAD(model_config, env)
+        if layout != "ours":
+            raise UserError(f"model.layout must be 'ours' or 'reference', got {layout!r}")
         return cls(model_config, None if env.pixels else env.num_observations,
                    grid_size_of(config, env))
 
