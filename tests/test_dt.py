@@ -18,7 +18,7 @@ from icrl_jax.data.trajectories import (Trajectories, episodes_from_history,
                                         pad_for_windows, returns_to_go, sample_trajectory_windows)
 from icrl_jax.methods.dt import DecisionTransformer, dt_model_config
 from icrl_jax.data.rollout import run_policies
-from icrl_jax.methods.dt_rollout import return_conditioned_source
+from icrl_jax.methods.dt_rollout import _push, empty_context, return_conditioned_source
 from icrl_jax.papers.msat.method import MAT, MSAT
 from icrl_jax.models.dt_tokens import (MultiActionTokens, interleave_step_tokens,
                                        step_attention_mask, token_labels)
@@ -226,3 +226,126 @@ def test_attention_page_names_tokens(tmp_path):
     assert "a1_3" in text and "s2" in text and "onmouseenter" in text and "http" not in text
     pngs = save_attention_pngs(str(tmp_path), maps, labels)
     assert len(pngs) == 1 and open(pngs[0], "rb").read(4) == b"\x89PNG"
+
+
+def _episode(key, length, continuous=False, obs_dim=6):
+    """One episode `(E, ...)` of random steps (returns-to-go random too: any values decode)."""
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    actions = (jax.random.uniform(k1, (length, 2), minval=-1, maxval=1) if continuous else
+               jnp.stack([jax.random.randint(k1, (length,), 0, DIMS[0]),
+                          jax.random.randint(k2, (length,), 0, DIMS[1])], -1))
+    return Trajectories(observations=jax.random.normal(k3, (length, obs_dim)), actions=actions,
+                        rewards=jnp.zeros(length), returns_to_go=jax.random.normal(k4, (length,)),
+                        timesteps=jnp.arange(length, dtype=jnp.int32),
+                        mask=jnp.ones(length, bool))
+
+
+def _gpt_dt(**overrides):
+    from icrl_jax.papers.gpt_dtma.fields import gpt_dt_model_config
+    from icrl_jax.papers.gpt_dtma.method import GPTDecisionTransformer
+    config = model_config(**overrides)
+    config.update({k: v for k, v in gpt_dt_model_config().items() if k not in config})
+    config.mixture_of_attention = True  # GPT-DTMA's gates, per token
+    return GPTDecisionTransformer(config, DIMS, K)
+
+
+DECODERS = {  # name -> (method from a model config, continuous actions)
+    "dt": (lambda **c: DecisionTransformer(model_config(**c), DIMS, K), False),
+    "dt_continuous": (lambda **c: DecisionTransformer(model_config(**c), (), K, continuous_dim=2),
+                      True),
+    "msat": (lambda **c: MSAT(model_config(**c), DIMS, K), False),
+    "mat": (lambda **c: MAT(model_config(**c), DIMS, K), False),
+    "gpt_dtma": (lambda **c: _gpt_dt(**c), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+@pytest.mark.parametrize("encoding", [("timestep", "learned"), ("none", "learned"),
+                                      ("position", "rotary")])
+def test_cached_decoding_beyond_the_context_equals_the_windowed_full_pass(name, encoding):
+    """A DT trained with a sliding window of W tokens decodes an episode 3x its context one
+    step's tokens at a time from a ring of W + P - 1 slots, as the policy does (its `_push`ed
+    context, its step counter): each step's outputs equal the full windowed pass over the whole
+    episode, and the training pass over the K-step window ending there (the model's reach,
+    2 (W - 1) + 1 tokens, fits in K steps)."""
+    build, continuous = DECODERS[name]
+    timestep_encoding, position = encoding
+    method = build(num_layers=2, attention_window=5, timestep_encoding=timestep_encoding,
+                   position=position)
+    per_step = method.tokens_per_step
+    assert 2 * (5 - 1) + 1 <= K * per_step
+    steps = 3 * K
+    episode = _episode(jax.random.key(0), steps, continuous)
+    params = method.init(jax.random.key(1), jax.tree.map(lambda x: x[None, :K], episode))
+    full = method.apply(params, jax.tree.map(lambda x: x[None], episode))[0]
+    slots = method.cache_slots(None)  # a window: any episode length
+    assert slots == 5 + per_step - 1
+    cache = method.decode_init(params, None, slots)
+    context = empty_context(method, episode.observations[0], K)
+    decode = jax.jit(method.decode_outputs)
+    for t in range(steps):
+        context = _push(context, observations=episode.observations[t],
+                        returns_to_go=episode.returns_to_go[t], timesteps=t, mask=True)
+        out, cache = decode(params, cache, context, t)
+        context = context.replace(actions=context.actions.at[-1].set(episode.actions[t]))
+        np.testing.assert_allclose(out, full[t], atol=1e-5, err_msg=f"step {t}")
+        window = jax.tree.map(lambda x: x[None, max(0, t - K + 1):t + 1], episode)
+        np.testing.assert_allclose(out, method.apply(params, window)[0, -1], atol=1e-5)
+
+
+def test_cache_only_where_it_is_the_models_computation():
+    """No window: a cache while episodes fit the context (one slot per token), recomputation
+    once they outgrow it; learned token positions and autoregressive components never."""
+    dt = DecisionTransformer(model_config(), DIMS, K)
+    assert dt.cache_slots(K) == K * 3 and dt.cache_slots(K - 1) == (K - 1) * 3
+    assert dt.cache_slots(K + 1) is None and dt.cache_slots(None) is None
+    assert MSAT(model_config(), DIMS, K).cache_slots(K) == K * 4
+    learned = DecisionTransformer(model_config(timestep_encoding="position", position="learned",
+                                               attention_window=6), DIMS, K)
+    assert learned.cache_slots(K) is None
+    autoregressive = MSAT(model_config(action_prediction="autoregressive", attention_window=6),
+                          DIMS, K)
+    assert autoregressive.cache_slots(K) is None
+
+
+def _button_room_dt(episode_length, **model):
+    env = envs.make("button_room", size=3, episode_length=episode_length)
+    method = MSAT(model_config(num_layers=2, **model), env.action_dims, K)
+    example = jax.tree.map(lambda x: x[None], empty_context(
+        method, jnp.zeros(env.observation_shape, jnp.float32), K))
+    return env, method, method.init(jax.random.key(3), example)
+
+
+def test_cached_rollout_equals_recomputed_when_episodes_fit_the_context():
+    """Episodes of K steps: the cached policy (the default there) samples the same actions as
+    the one recomputing the left-padded context, over several episodes of 8 envs."""
+    env, method, params = _button_room_dt(K)
+    tasks = env.task_params(jnp.arange(8))
+    cached = return_conditioned_source(method, params, env, K, 5.0, greedy=False)
+    recomputed = return_conditioned_source(method, params, env, K, 5.0, greedy=False,
+                                           cache=False)
+    assert cached.build.cached and not recomputed.build.cached
+    out = run_policies(env, {"cached": cached, "recomputed": recomputed}, tasks, 3 * K + 1,
+                       jax.random.key(4))
+    np.testing.assert_array_equal(out["cached"]["actions"], out["recomputed"]["actions"])
+    np.testing.assert_array_equal(out["cached"]["rewards"], out["recomputed"]["rewards"])
+    # The analysis still reads the last context: the same in both.
+    np.testing.assert_array_equal(out["cached"]["policy_state"].last_context.actions,
+                                  out["recomputed"]["policy_state"].last_context.actions)
+
+
+def test_chunked_dt_evaluation_equals_unchunked():
+    """A DT's rollouts in chunks of envs equal one call over all of them, exactly: the ring
+    cache (episodes 3x the context, a window) and the recomputed context."""
+    env, method, params = _button_room_dt(3 * K, attention_window=6)
+    tasks = env.task_params(jnp.arange(6))
+    for cache in (True, False):
+        policy = return_conditioned_source(method, params, env, K, 5.0, greedy=False,
+                                           cache=cache)
+        assert policy.build.cached == cache
+        whole = run_policies(env, {"m": policy}, tasks, 4 * K, jax.random.key(5),
+                             keep_state=False)["m"]
+        chunked = run_policies(env, {"m": policy}, tasks, 4 * K, jax.random.key(5),
+                               chunk_size=4, keep_state=False)["m"]
+        for field in ("actions", "rewards", "dones"):
+            np.testing.assert_array_equal(whole[field], chunked[field])

@@ -36,6 +36,7 @@ keep `ObservationEmbedding`.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import flax.linen as nn
@@ -60,7 +61,7 @@ from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.dt_tokens import (MultiActionTokens, ReturnEmbedding, SingleActionToken,
                                        interleave_step_tokens, step_attention_mask)
 from icrl_jax.models.tokens import ObservationEmbedding
-from icrl_jax.models.transformer import Transformer
+from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_slots
 
 TIMESTEP_ENCODINGS = ("timestep", "position", "none")
 ACTION_PREDICTIONS = ("state", "autoregressive")
@@ -119,14 +120,20 @@ class DTModel(nn.Module):
 
     @nn.compact
     def __call__(self, returns_to_go, observations, actions, timesteps, mask,
-                 deterministic: bool = True, return_attention: bool = False, head_scale=None):
+                 deterministic: bool = True, return_attention: bool = False, head_scale=None,
+                 cache: DecodeCache | None = None, step_index: jax.Array | None = None):
         """Args (L steps of B windows):
           returns_to_go: float32 `(B, L)` (already scaled); observations `(B, L, *obs)` or int
           `(B, L)`; actions int32 `(B, L, n)` or float32 `(B, L, d)`; timesteps int32 `(B, L)`;
           mask bool `(B, L)`; head_scale optional `(layers, H)` head-output multipliers.
+          cache: incremental decoding ("state" prediction only; `decode_step_tokens`): the L = 2
+            steps are t - 1 and t of an episode whose earlier tokens the cache holds, t =
+            `step_index` (int32 `()`); the call writes step t - 1's action tokens and R_t, s_t
+            (`mask` unused: step t - 1 of t = 0 is a placeholder no query sees).
         Returns:
           logits `(B, L, sum(action_dims))` (component i in its slot) or tanh actions
           `(B, L, d)`; plus per-layer `(B, H, L*P, L*P)` attention maps when `return_attention`.
+          With a cache: step t's outputs `(B, 1, ...)` and the updated cache.
         """
         returns = ReturnEmbedding(self.d_model, name="return")(returns_to_go)
         if self.num_observations is None and observations.ndim == 5:  # (B, L, H, W, C) pixels
@@ -151,12 +158,23 @@ class DTModel(nn.Module):
         tokens = interleave_step_tokens(returns, states, action_tokens)
         tokens = nn.LayerNorm(epsilon=self.embed_norm_epsilon, name="embed_norm")(tokens)
         per_step = 2 + self.action_tokens_per_step
+        if cache is not None:
+            hidden, cache = decode_step_tokens(self.backbone, tokens, step_index, per_step,
+                                               cache, head_scale)
+            return self.action_outputs(hidden[:, None]), cache
+        # With a sliding window the mask must be declared causal (it is: `step_attention_mask`).
         hidden = self.backbone(tokens, deterministic=deterministic,
                                return_attention=return_attention,
                                attention_mask=step_attention_mask(mask, per_step),
-                               head_scale=head_scale)
+                               head_scale=head_scale,
+                               causal_from=0 if self.backbone.attention_window else None)
         hidden, attention = hidden if return_attention else (hidden, None)
         hidden = hidden.reshape(hidden.shape[0], -1, per_step, hidden.shape[-1])
+        out = self.action_outputs(hidden)
+        return (out, attention) if return_attention else out
+
+    def action_outputs(self, hidden):
+        """Hidden states `(B, L, P, D)` -> logits `(B, L, sum(action_dims))` or tanh actions."""
         if not self.action_dims:
             out = jnp.tanh(nn.Dense(self.continuous_dim, name="action_head")(hidden[:, :, 1]))
         else:
@@ -166,7 +184,26 @@ class DTModel(nn.Module):
                 source = 1 + i if self.action_prediction == "autoregressive" else 1
                 outs.append(nn.Dense(dim, name=f"head_{i}")(hidden[:, :, source]))
             out = jnp.concatenate(outs, axis=-1)
-        return (out, attention) if return_attention else out
+        return out
+
+
+def decode_step_tokens(backbone: Transformer, tokens: jax.Array, step: jax.Array,
+                       per_step: int, cache: DecodeCache, head_scale=None
+                       ) -> tuple[jax.Array, DecodeCache]:
+    """Decode one env-step of a DT from a ring cache: `tokens` `(B, 2P, D)` are the embedded steps
+    t - 1 and t; step t - 1's action tokens and R_t, s_t (P tokens at episode positions
+    `t P - (P - 2) ...  t P + 1`) are written at their ring slots (`ring_cache_slots`, masked
+    to the backbone's window). Returns the hidden states `(B, P, D)` in step order R_t, s_t,
+    then step t - 1's action tokens (what "state" prediction reads: s_t at index 1), and the
+    cache. At t = 0 the action tokens sit at negative positions: placeholders that nothing
+    attends to."""
+    actions_before = per_step - 2
+    new = tokens[:, 2:per_step + 2]
+    positions = step * per_step - actions_before + jnp.arange(per_step, dtype=jnp.int32)
+    slots, mask = ring_cache_slots(positions, cache.slots, backbone.attention_window)
+    hidden, cache = backbone(new, attention_mask=mask[None, None], positions=positions,
+                             cache=cache, cache_index=slots, head_scale=head_scale)
+    return jnp.roll(hidden, 2, axis=1), cache
 
 
 def split_logits(logits: jax.Array, action_dims: Sequence[int]) -> list[jax.Array]:
@@ -383,6 +420,66 @@ class DecisionTransformer(Method):
         accuracy = (correct * weight).sum() / count
         return loss, {"loss": loss, "action_loss": action_loss, "accuracy": accuracy, **extra}
 
+    @property
+    def decode_window(self) -> int:
+        """W > 0 (tokens) when the backbone attends over a sliding window
+        (`model.attention_window`); else 0."""
+        return int(self.config.get("attention_window", 0) or 0)
+
+    @property
+    def decodes_incrementally(self) -> bool:
+        """The model's step outputs can be decoded from a key/value cache exactly: "state"
+        prediction (each step's action read from s_t), and sequence positions that are relative
+        or absent (`model.timestep_encoding` "timestep" or "none", whose backbone has no
+        positions, or "position" with rotary ones), so that a step's tokens compute the same
+        whatever their offset in the context."""
+        relative = self.backbone.position in ("rotary", "none")
+        return relative and self.config.action_prediction == "state"
+
+    def cache_slots(self, episode_length: int | None) -> int | None:
+        """Key/value slots of a rollout decoded exactly from a cache: with a sliding window of W
+        tokens, a ring of W + P - 1 (P tokens written a step) at any episode length; without,
+        the episode's P tokens a step while its episodes fit the context (`episode_length` <=
+        K: the context never slides); None where the cache would not be exact (decode by
+        recomputing the context)."""
+        if not self.decodes_incrementally:
+            return None
+        per_step = self.tokens_per_step
+        if self.decode_window:
+            return self.decode_window + per_step - 1
+        if episode_length is None or int(episode_length) > self.context_len:
+            return None
+        return int(episode_length) * per_step
+
+    def decode_init(self, params, context: Trajectories, slots: int) -> DecodeCache:
+        """An empty cache of `slots` token slots for one rollout like ONE `context` (`(K, ...)`
+        fields: its dtypes size nothing but the batch of 1)."""
+        del params, context
+        return self.backbone.init_cache(1, int(slots), int(self.config.d_model))
+
+    def decode_outputs(self, params, cache: DecodeCache, context: Trajectories,
+                       step: jax.Array) -> tuple[jax.Array, DecodeCache]:
+        """Outputs `(sum(action_dims),)` logits or `(d,)` actions of the last step of ONE
+        context (its step `step` of the episode) from the cache of the episode's earlier tokens,
+        equal to `apply` on the episode so far; returns the cache with the new tokens written
+        (`DTModel`: step t - 1's action tokens, then R_t, s_t)."""
+        two = jax.tree.map(lambda x: x[None, -2:], context)
+        returns = two.returns_to_go / self.rtg_scale * self.return_conditioned
+        out, cache = self.model.apply({"params": params}, returns, two.observations, two.actions,
+                                      two.timesteps, two.mask, cache=cache,
+                                      step_index=jnp.asarray(step, jnp.int32))
+        return out[0, -1], cache
+
+    def draw_components(self, outputs: jax.Array, key: jax.Array,
+                        greedy: bool | jax.Array) -> jax.Array:
+        """One step's outputs -> int32 `(n,)` components ("state" prediction: each from its
+        logits, sampled or greedy) or the float32 `(d,)` action itself."""
+        if not self.action_dims:
+            return outputs
+        keys = jax.random.split(key, self.num_components)
+        return jnp.stack([_draw(l, k, greedy) for l, k in
+                          zip(split_logits(outputs, self.action_dims), keys)])
+
     def choose_action(self, params, context: Trajectories, key: jax.Array,
                       greedy: bool | jax.Array) -> jax.Array:
         """Action for the last step of ONE context (`(K, ...)` fields, no batch axis).
@@ -393,18 +490,19 @@ class DecisionTransformer(Method):
         batch = jax.tree.map(lambda x: x[None], context)
         if not self.action_dims:
             return self.apply(params, batch)[0, -1]
-        keys = jax.random.split(key, self.num_components)
-
-        def draw(logits, k):
-            sampled = jax.random.categorical(k, logits)
-            return jnp.where(greedy, jnp.argmax(logits), sampled).astype(jnp.int32)
-
         if self.config.action_prediction == "state":
-            logits = split_logits(self.apply(params, batch)[0, -1], self.action_dims)
-            return jnp.stack([draw(l, k) for l, k in zip(logits, keys)])
+            return self.draw_components(self.apply(params, batch)[0, -1], key, greedy)
+        keys = jax.random.split(key, self.num_components)
+        draw = functools.partial(_draw, greedy=greedy)
         actions = batch.actions
         for i in range(self.num_components):  # n is static and small: n forward passes
             logits = split_logits(self.apply(params, batch.replace(actions=actions))[0, -1],
                                   self.action_dims)[i]
             actions = actions.at[0, -1, i].set(draw(logits, keys[i]))
         return actions[0, -1]
+
+
+def _draw(logits: jax.Array, key: jax.Array, greedy: bool | jax.Array) -> jax.Array:
+    """A component from its logits: the argmax when `greedy`, else sampled."""
+    sampled = jax.random.categorical(key, logits)
+    return jnp.where(greedy, jnp.argmax(logits), sampled).astype(jnp.int32)

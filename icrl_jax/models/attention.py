@@ -240,7 +240,8 @@ class MultiHeadAttention(nn.Module):
           kv_cache: optional (keys, values), each `(B, S, H, Dh)` (incremental decoding): the
             keys and values of `x` are written at slots `[cache_index, cache_index + T)` and the
             queries attend to all S slots (the mask says which are valid).
-          cache_index: int32 `()` first slot written.
+          cache_index: int32 `()` first slot written, or int32 `(T,)` the slot of each token
+            (distinct slots; they may wrap around the end of a ring).
           head_scale: optional float `(H,)` multiplying each head's output before the output
             projection (0 removes a head: GPT-DTMA's head-importance ablation).
         Returns:
@@ -274,9 +275,13 @@ class MultiHeadAttention(nn.Module):
                     for y in (q, k))
         if kv_cache is not None:
             k_cache, v_cache = kv_cache
-            start = (0, cache_index, 0, 0)
-            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
-            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
+            if jnp.ndim(cache_index):  # one slot per token: a write may wrap around a ring
+                k = k_cache.at[:, cache_index].set(k.astype(k_cache.dtype))
+                v = v_cache.at[:, cache_index].set(v.astype(v_cache.dtype))
+            else:
+                start = (0, cache_index, 0, 0)
+                k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
+                v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
 
         dropout = None
         if self.dropout_rate > 0.0 and not deterministic:

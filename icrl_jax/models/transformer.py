@@ -230,7 +230,8 @@ class Transformer(nn.Module):
             n-gram layers the new tokens' `ngram_ids` (ids must be per step: a step's id never
             depends on other steps). Exact: a token's keys, values and ids never change once
             written, and its n-gram matches are all in the past.
-          cache_index: int32 `()`, the first slot of the new tokens. With a cache the caller's
+          cache_index: int32 `()`, the first slot of the new tokens, or int32 `(T,)` the slot
+            of each (`ring_cache_slots`; not with n-gram layers). With a cache the caller's
             `attention_mask` is the whole mask (`attention_window` is not applied: a ring of
             slots masks by age: `ring_cache_mask`).
           head_scale: optional float `(num_layers, H)` multipliers of each head's output (zero
@@ -367,23 +368,34 @@ class Transformer(nn.Module):
         return DecodeCache(blocks, jnp.zeros((batch, slots, ngram_parts), jnp.int32), inputs)
 
 
-def ring_cache_mask(positions: jax.Array, slots: int, window: int = 0
-                    ) -> tuple[jax.Array, jax.Array]:
+def ring_cache_slots(positions: jax.Array, slots: int, window: int = 0
+                     ) -> tuple[jax.Array, jax.Array]:
     """Where tokens at sequence positions `positions` (int `(L,)`, consecutive) go in a ring of
     `slots` key/value slots (position p at slot p mod `slots`), and which slots each may attend
     to: bool `(L, S)`, True where the slot holds a token at most `window - 1` (0: any number)
-    and at least 0 positions before the query. Returns (int32 `()` first slot written, mask).
+    and at least 0 positions before the query. Returns (int32 `(L,)` slots, mask).
 
-    A cache never longer than its slots (positions < `slots`) is the plain causal cache. Exact
-    as long as one call's tokens do not run past the ring's end: once the ring has wrapped,
-    decode one token per call (the in-context policies do)."""
+    A token at a negative position is written (to a slot no query reads before a real token
+    overwrites it) but attends to nothing and is seen by no later query: a placeholder that
+    keeps a call's shape fixed. A cache never longer than its slots (positions < `slots`) is the
+    plain causal cache. Exact with a window while `slots >= window + L - 1`: then no token of a
+    call overwrites one that an earlier query of the same call still sees."""
     slot = jnp.arange(slots, dtype=jnp.int32)
     positions = jnp.asarray(positions, jnp.int32)
     age = jnp.mod(positions[:, None] - slot[None, :], slots)  # how far back each slot's token is
     mask = age <= positions[:, None]
     if window:
         mask = mask & (age < window)
-    return jnp.mod(positions[0], slots).astype(jnp.int32), mask
+    return jnp.mod(positions, slots).astype(jnp.int32), mask
+
+
+def ring_cache_mask(positions: jax.Array, slots: int, window: int = 0
+                    ) -> tuple[jax.Array, jax.Array]:
+    """`ring_cache_slots` for a call whose tokens are written from one first slot on (int32
+    `()`, `dynamic_update_slice`): exact as long as they do not run past the ring's end, so once
+    the ring has wrapped, decode one token per call (the in-context policies do)."""
+    written, mask = ring_cache_slots(positions, slots, window)
+    return written[0], mask
 
 
 def count_params(params) -> int:
@@ -401,5 +413,5 @@ def flops_per_token(num_params_nonembedding: int, num_layers: int, d_model: int,
 
 
 __all__: Sequence[str] = ("Transformer", "DecodeCache", "default_transformer_config",
-                          "ring_cache_mask",
+                          "ring_cache_mask", "ring_cache_slots",
                           "count_params", "flops_per_token")
