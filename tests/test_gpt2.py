@@ -27,8 +27,12 @@ def test_logits_equal_transformers():
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-4, rtol=0)
 
 
-def test_save_load_round_trip_is_exact(tmp_path):
-    cfg = GPT2Config(vocab_size=50, n_positions=16, n_embd=24, n_layer=3, n_head=3)
+@pytest.mark.parametrize("options", [{}, dict(n_inner=40, activation_function="gelu",
+                                             tie_word_embeddings=False)])
+def test_save_load_round_trip_is_exact(tmp_path, options):
+    """(The second config, saved, also loads in transformers 5.24 with logits equal to ours
+    to 1.3e-7: make_gpt2_fixture.py --check.)"""
+    cfg = GPT2Config(vocab_size=50, n_positions=16, n_embd=24, n_layer=3, n_head=3, **options)
     params = GPT2LM(cfg).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
     save_hf_gpt2(str(tmp_path), cfg, params)
     cfg2, params2 = load_hf_gpt2(str(tmp_path))
@@ -37,6 +41,8 @@ def test_save_load_round_trip_is_exact(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), b)
     with open(tmp_path / "config.json") as f:
         assert json.load(f)["model_type"] == "gpt2"
+    from safetensors.numpy import load_file
+    assert ("lm_head.weight" in load_file(str(tmp_path / "model.safetensors"))) == bool(options)
     assert set(transformer_params(params2)) == {"position_embedding", "block_0", "block_1",
                                                 "block_2", "final_norm"}
 

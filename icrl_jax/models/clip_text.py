@@ -55,7 +55,7 @@ CLIP_TEXT_FIELDS: dict[str, Any] = {
     # The projection and eos_token_id act on the pooled output (the eos token's state) of
     # CLIPTextModelWithProjection / CLIPModel; we compute last_hidden_state, which they leave.
     "projection_dim": ACCEPTED, "eos_token_id": ACCEPTED,
-    "attention_dropout": ACCEPTED, "dropout": ACCEPTED,  # dropout at training only (gpt2._DROPOUT)
+    "attention_dropout": ACCEPTED, "dropout": ACCEPTED,  # training only (see GPT2_FIELDS)
     "initializer_factor": ACCEPTED, "tie_word_embeddings": ACCEPTED,  # no output head
 }
 

@@ -120,9 +120,6 @@ def activation_rule(field: str) -> Refused:
                    "picks the nonlinearity")
 
 
-_DROPOUT = ("dropout at training only; fine-tuning (GPT-DT) uses the model config's "
-            "model.*_dropout, never the checkpoint's")
-
 #: Every field of transformers' `GPT2Config` (5.24; the fixture script checks the list):
 #: accepted (changes nothing we compute), implemented, or refused unless at a value we compute.
 GPT2_FIELDS: dict[str, Any] = {
@@ -136,7 +133,9 @@ GPT2_FIELDS: dict[str, Any] = {
     # Computes the same scores in float32 (only their order and dtype under half precision).
     "reorder_and_upcast_attn": ACCEPTED,
     "tie_word_embeddings": IMPLEMENTED,  # an lm_head of its own when False
-    "resid_pdrop": ACCEPTED, "embd_pdrop": ACCEPTED, "attn_pdrop": ACCEPTED,  # _DROPOUT
+    # Dropout acts in training only. Fine-tuning (GPT-DT) takes its rates from its own config
+    # (model.embedding_dropout / residual_dropout / attention_dropout), never the checkpoint's.
+    "resid_pdrop": ACCEPTED, "embd_pdrop": ACCEPTED, "attn_pdrop": ACCEPTED,
     "add_cross_attention": Refused((False, None), "cross-attention layers over an encoder's "
                                    "states: a decoder of an encoder-decoder model"),
     # GPT2DoubleHeadsModel's summary head and old names, never read by the LM.
@@ -358,7 +357,8 @@ def load_hf_gpt2(path: str) -> tuple[GPT2Config, dict[str, Any]]:
 
 def save_hf_gpt2(path: str, cfg: GPT2Config, params: dict[str, Any]) -> None:
     """Write `GPT2LM` params as a Hugging Face GPT-2 directory (config.json +
-    model.safetensors, transformers' key names; the tied output head is not stored)."""
+    model.safetensors, transformers' key names; a tied output head is not stored, an untied one
+    is `lm_head.weight`)."""
     from safetensors.numpy import save_file
 
     os.makedirs(path, exist_ok=True)
@@ -367,7 +367,8 @@ def save_hf_gpt2(path: str, cfg: GPT2Config, params: dict[str, Any]) -> None:
         node = params
         for part in path_:
             node = node[part]
-        tensors["transformer." + key] = np.ascontiguousarray(to_hf(np.asarray(node, np.float32)))
+        name = key if key == "lm_head.weight" else "transformer." + key  # the head is outside
+        tensors[name] = np.ascontiguousarray(to_hf(np.asarray(node, np.float32)))
     save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg.to_hf(), f, indent=1)

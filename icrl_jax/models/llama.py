@@ -101,7 +101,7 @@ LLAMA_FIELDS: dict[str, Any] = {
     # In transformers 4 it split each matmul into slices and summed them: the same numbers; 5
     # no longer reads it.
     "pretraining_tp": ACCEPTED,
-    "attention_dropout": ACCEPTED,  # dropout at training only (gpt2._DROPOUT)
+    "attention_dropout": ACCEPTED,  # training only (see GPT2_FIELDS)
     # Fields of Llama-like configs that change attention (Mistral / Qwen2 style): refused.
     "sliding_window": Refused((None, 0), "sliding-window attention"),
     "use_sliding_window": Refused((False, None), "sliding-window attention"),
