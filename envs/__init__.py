@@ -15,6 +15,7 @@ from icrl_jax.envs.darkroom import (CompositeDarkRoom, DarkRoom, KeyToDoor, comp
 from icrl_jax.envs.multidiscrete import ButtonRoom
 from icrl_jax.envs.continuous import PointMaze
 from icrl_jax.envs.continuous.locomotion import HalfCheetah, Hopper, Locomotion, Walker2d
+from icrl_jax.envs.continuous.mjx_locomotion import GymMujoco, HalfCheetahV5, HopperV5, Walker2dV5
 from icrl_jax.envs.doorkey import DoorKey
 from icrl_jax.envs.host.specs import HostEnv, MiniworldRoom, ViZDoom
 from icrl_jax.envs.tasks import split_tasks
@@ -28,6 +29,7 @@ REGISTRY = Registry("environment")
 #: while the package is not installed.
 SIMULATOR_PACKAGES = {
     "hopper": ("brax",), "walker2d": ("brax",), "halfcheetah": ("brax",),
+    "hopper_v5": ("mujoco",), "walker2d_v5": ("mujoco",), "halfcheetah_v5": ("mujoco",),
     "miniworld_darkroom": ("miniworld",), "miniworld_key_to_door": ("miniworld",),
     "vizdoom": ("vizdoom",),
 }
@@ -43,6 +45,10 @@ for _name, _constructor in {
     "hopper": Hopper,
     "walker2d": Walker2d,
     "halfcheetah": HalfCheetah,
+    # gymnasium's MuJoCo v5 tasks (Minari's D4RL datasets) on MJX: envs/continuous/mjx_locomotion.py
+    "hopper_v5": HopperV5,
+    "walker2d_v5": Walker2dV5,
+    "halfcheetah_v5": HalfCheetahV5,
     "unimask_doorkey": DoorKey,  # Uni[MASK]'s 4x4 DoorKey: envs/doorkey.py
     # Host simulators behind the bridge (envs/host/specs.py).
     "miniworld_darkroom": functools.partial(MiniworldRoom, "darkroom"),
@@ -63,7 +69,7 @@ def make(name: str, **kwargs) -> EnvSpec:
 
 __all__ = [
     "REGISTRY", "make", "BANDIT", "EPISODIC", "REGRET", "RETURNS", "EnvSpec", "HostEnv",
-    "Locomotion", "Hopper", "Walker2d", "HalfCheetah", "PointMaze", "DoorKey", "MiniworldRoom",
+    "Locomotion", "Hopper", "Walker2d", "HalfCheetah", "GymMujoco", "PointMaze", "DoorKey", "MiniworldRoom",
     "ViZDoom", "ICRLEnv", "InvalidActionError", "check_actions", "stack_params",
     "BernoulliBandit", "ContextualBandit", "DarkRoom", "CompositeDarkRoom", "KeyToDoor",
     "ButtonRoom", "composite_actions", "split_actions", "headless_ad_action_sets", "split_tasks",

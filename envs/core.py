@@ -84,6 +84,9 @@ class EnvSpec:
     #: Whether termination means the goal was reached (the point maze), so evaluations report
     #: `goal_reached` and `episode_length`; locomotion terminates on a fall, Dark Room never.
     goal_terminates: bool = False
+    #: The id of the gymnasium env whose dynamics, rewards and termination this env computes
+    #: (datasets recorded on that env are this env's, e.g. Minari's D4RL ones), or None.
+    gymnasium_id: str | None = None
 
     @property
     def discrete_observations(self) -> bool:

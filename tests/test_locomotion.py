@@ -44,7 +44,7 @@ def rollout(hopper):
                        ref_reward=ref.reward, ref_done=ref.done)
             return (state, ref), out
 
-        _, out = jax.lax.scan(body, (state, state.brax),
+        _, out = jax.lax.scan(body, (state, state.physics),
                               (jax.random.split(k_steps, T), actions))
         return obs0, out
 

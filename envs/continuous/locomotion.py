@@ -48,10 +48,10 @@ EPISODE_LENGTH = 1000  # D4RL / gym MuJoCo time limit
 
 @struct.dataclass(kw_only=True)
 class LocomotionState(environment.EnvState):
-    """brax: the brax env's `State` (pipeline state, obs, reward, done, metrics);
-    time: int32 `()` steps taken this episode."""
+    """physics: the simulator's state (brax: its `State` with pipeline state, obs, reward, done,
+    metrics; MJX: `mjx.Data`); time: int32 `()` steps taken this episode."""
 
-    brax: object
+    physics: object
     time: jax.Array
 
 
@@ -74,13 +74,13 @@ def make_brax_env(name: str, backend: str = DEFAULT_BACKEND):
         return brax_envs.get_environment(BRAX_NAMES[name], backend=backend)
 
 
-class Locomotion(ICRLEnv):
-    """A brax locomotion env with continuous actions (see the module docstring).
+class LocomotionEnv(ICRLEnv):
+    """The gymnax interface of a locomotion simulator with torques in [-1, 1].
 
-    Args:
-      name: "hopper", "walker2d" or "halfcheetah".
-      backend: brax physics backend (default "spring", the fastest measured on CPU).
-      episode_length: time limit (1000, D4RL's).
+    Subclasses give the physics: `physics_reset(key) -> (obs, physics)`,
+    `physics_obs(physics) -> obs` and `physics_step(physics, ctrl) -> (physics, reward,
+    terminated, info)`; this class adds keys, auto-reset, the time limit, action checks (see the
+    module docstring) and the `EnvSpec` metadata.
     """
 
     continuous_actions = True
@@ -90,16 +90,14 @@ class Locomotion(ICRLEnv):
     num_tasks = None
     grid_size = None
 
-    def __init__(self, name: str = "hopper", backend: str = DEFAULT_BACKEND,
+    def __init__(self, name: str, action_dim: int, observation_dim: int,
                  episode_length: int = EPISODE_LENGTH):
         super().__init__()
         if int(episode_length) < 1:
             raise ValueError(f"episode_length must be >= 1, got {episode_length}")
         self.env_name = name
-        self.backend = backend
-        self.brax_env = make_brax_env(name, backend)
-        self.action_dim = int(self.brax_env.action_size)
-        self.observation_shape = (int(self.brax_env.observation_size),)
+        self.action_dim = int(action_dim)
+        self.observation_shape = (int(observation_dim),)
         self.episode_length = int(episode_length)
 
     @property
@@ -127,19 +125,17 @@ class Locomotion(ICRLEnv):
                         f"(action_dim={self.action_dim}): there is no action mask")
 
     def get_obs(self, state, params=None, key=None) -> jax.Array:
-        return state.brax.obs.astype(jnp.float32)
+        return self.physics_obs(state.physics).astype(jnp.float32)
 
     def reset_env(self, key, params):
-        state = LocomotionState(brax=self.brax_env.reset(key), time=jnp.int32(0))
+        state = LocomotionState(physics=self.physics_reset(key), time=jnp.int32(0))
         return self.get_obs(state), state
 
     def step_env(self, key, state, action, params):
         ctrl = jnp.clip(jnp.nan_to_num(jnp.asarray(action, jnp.float32), nan=0.0), -1.0, 1.0)
-        nxt = self.brax_env.step(state.brax, ctrl)  # deterministic: brax steps take no key
-        new_state = LocomotionState(brax=nxt, time=state.time + 1)
-        terminated = nxt.done > 0.5
-        return (self.get_obs(new_state), new_state, nxt.reward.astype(jnp.float32), terminated,
-                {"x_velocity": nxt.metrics["x_velocity"]})
+        physics, reward, terminated, info = self.physics_step(state.physics, ctrl)
+        new_state = LocomotionState(physics=physics, time=state.time + 1)
+        return self.get_obs(new_state), new_state, reward.astype(jnp.float32), terminated, info
 
     def step(self, key, state, action, params=None):
         """gymnax `step` with continuous-action checks (see the module docstring);
@@ -150,6 +146,33 @@ class Locomotion(ICRLEnv):
         action = jnp.asarray(action, jnp.float32)
         *out, info = self.transition(key, state, action, params)
         return (*out, {**info, "invalid_action": jnp.bool_(False)})
+
+
+class Locomotion(LocomotionEnv):
+    """A brax locomotion env with continuous actions (see the module docstring).
+
+    Args:
+      name: "hopper", "walker2d" or "halfcheetah".
+      backend: brax physics backend (default "spring", the fastest measured on CPU).
+      episode_length: time limit (1000, D4RL's).
+    """
+
+    def __init__(self, name: str = "hopper", backend: str = DEFAULT_BACKEND,
+                 episode_length: int = EPISODE_LENGTH):
+        self.backend = backend
+        self.brax_env = make_brax_env(name, backend)
+        super().__init__(name, self.brax_env.action_size, self.brax_env.observation_size,
+                         episode_length)
+
+    def physics_reset(self, key):
+        return self.brax_env.reset(key)
+
+    def physics_obs(self, physics):
+        return physics.obs
+
+    def physics_step(self, physics, ctrl):
+        nxt = self.brax_env.step(physics, ctrl)  # deterministic: brax steps take no key
+        return nxt, nxt.reward, nxt.done > 0.5, {"x_velocity": nxt.metrics["x_velocity"]}
 
 
 def Hopper(**kwargs) -> Locomotion:  # noqa: N802 - registry constructors

@@ -1,0 +1,134 @@
+"""gymnasium's MuJoCo v5 locomotion tasks on MJX (envs/continuous/mjx_locomotion.py), stepped beside
+gymnasium's own env (MuJoCo's C simulator, float64).
+
+Each check records one gymnasium trajectory (random torques, resets on termination) and steps our
+env once from every recorded state, all states in one vmapped call, so each env and precision
+compiles once. In float64 MJX computes what MuJoCo computes to rounding; float32 is bounded
+looser (the drift is reported in experiments/RESULTS.md).
+"""
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from icrl_jax import envs
+from icrl_jax.envs.continuous.mjx_locomotion import TASKS, GymMujoco
+from icrl_jax.envs.core import InvalidActionError
+
+pytest.importorskip("mujoco.mjx", reason="the MJX envs need mujoco (pip install 'icrl-jax[continuous]')")
+
+
+def gym_transitions(name: str, steps: int, seed: int = 0) -> dict:
+    """`steps` transitions of gymnasium's env under uniform random torques, from the state
+    before each step: qpos/qvel before and after, actions, rewards, terminations, observations."""
+    env = gym.make(TASKS[name].gym_id).unwrapped
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    rows = {k: [] for k in ("qpos", "qvel", "action", "next_qpos", "next_qvel", "reward",
+                            "terminated", "obs")}
+    for _ in range(steps):
+        rows["qpos"].append(env.data.qpos.copy())
+        rows["qvel"].append(env.data.qvel.copy())
+        action = rng.uniform(-1.0, 1.0, env.action_space.shape)
+        obs, reward, terminated, _, _ = env.step(action)
+        for key, value in (("action", action), ("next_qpos", env.data.qpos.copy()),
+                           ("next_qvel", env.data.qvel.copy()), ("reward", reward),
+                           ("terminated", terminated), ("obs", obs)):
+            rows[key].append(value)
+        if terminated:
+            env.reset(seed=int(rng.integers(1 << 30)))
+    return {k: np.asarray(v) for k, v in rows.items()}
+
+
+def one_step_from_each(env: GymMujoco, ref: dict) -> dict:
+    """Our physics stepped once from each recorded state (vmapped), as numpy."""
+    def one(qpos, qvel, action):
+        data, reward, terminated, _ = env.physics_step(env.physics_data(qpos, qvel), action)
+        return dict(next_qpos=data.qpos, next_qvel=data.qvel, reward=reward,
+                    terminated=terminated, obs=env.physics_obs(data))
+
+    out = jax.jit(jax.vmap(one))(ref["qpos"], ref["qvel"], ref["action"])
+    return jax.device_get(out)
+
+
+def max_errors(ours: dict, ref: dict) -> dict:
+    return {k: float(np.max(np.abs(np.asarray(ours[k], np.float64) - ref[k])))
+            for k in ("next_qpos", "next_qvel", "reward", "obs")}
+
+
+@pytest.mark.parametrize("name,steps", [("hopper_v5", 300), ("walker2d_v5", 300),
+                                        ("halfcheetah_v5", 200)])
+def test_float64_steps_equal_gymnasium_mujoco(name, steps):
+    ref = gym_transitions(name, steps)
+    if TASKS[name].terminates:
+        assert ref["terminated"].any(), "the trajectory should include falls (terminations)"
+    with jax.enable_x64(True):
+        env = GymMujoco(name)
+        ours = one_step_from_each(env, ref)
+        assert ours["next_qpos"].dtype == np.float64
+    errors = max_errors(ours, ref)
+    # Velocities after a contact-rich step carry the solver's rounding, scaled by 1 / dt.
+    assert errors["next_qpos"] < 1e-9 and errors["next_qvel"] < 1e-6, errors
+    assert errors["reward"] < 1e-6 and errors["obs"] < 1e-6, errors
+    np.testing.assert_array_equal(ours["terminated"], ref["terminated"])
+
+
+def test_float32_steps_stay_close_to_gymnasium_mujoco():
+    ref = gym_transitions("hopper_v5", 200, seed=1)
+    env = GymMujoco("hopper_v5")
+    ours = one_step_from_each(env, ref)
+    assert ours["next_qpos"].dtype == np.float32
+    errors = max_errors(ours, ref)
+    # float32 rounding: positions ~1e-7, velocities (differences over 2 ms substeps) ~1e-5.
+    assert errors["next_qpos"] < 1e-5 and errors["next_qvel"] < 1e-3, errors
+    assert errors["reward"] < 1e-3, errors
+    # Termination can only differ where a health margin is within the float32 error.
+    z, angle = ref["next_qpos"][:, 1], ref["next_qpos"][:, 2]
+    margin = np.minimum(np.abs(z - 0.7), np.abs(np.abs(angle) - 0.2))
+    differs = ours["terminated"] != ref["terminated"]
+    assert np.all(margin[differs] < 1e-3)
+
+
+def test_registered_specs_and_gymnax_interface():
+    for name, obs_dim, act_dim in (("hopper_v5", 11, 3), ("walker2d_v5", 17, 6),
+                                   ("halfcheetah_v5", 17, 6)):
+        spec = envs.make(name)
+        assert spec.continuous_actions and spec.action_dim == act_dim
+        assert spec.observation_shape == (obs_dim,) and spec.episode_length == 1000
+        gym_env = gym.make(TASKS[name].gym_id)
+        assert gym_env.observation_space.shape == (obs_dim,)
+        assert gym_env.unwrapped.dt == pytest.approx(spec.dt)
+    with pytest.raises(ValueError, match="unknown MJX locomotion env"):
+        GymMujoco("ant_v5")
+
+    env = envs.make("hopper_v5", episode_length=3)
+    key = jax.random.PRNGKey(0)
+    obs, state = env.reset(key)
+    assert obs.shape == (11,) and obs.dtype == jnp.float32
+    with pytest.raises(InvalidActionError, match="outside"):
+        env.step(key, state, np.array([0.0, 2.0, 0.0], np.float32))
+
+    # Zero torques from a near-upright reset: no fall in 3 steps, so the time limit ends it.
+    step = jax.jit(env.step)
+    for t in range(3):
+        obs, state, reward, terminated, truncated, info = step(key, state, jnp.zeros(3))
+        assert not bool(terminated) and bool(truncated) == (t == 2)
+        assert abs(float(reward) - (1.0 + float(info["x_velocity"]))) < 1e-5  # healthy, no cost
+    assert int(state.time) == 0  # auto-reset after the truncation
+
+
+def test_resets_follow_gymnasiums_noise():
+    n = 2048
+    keys = jax.random.split(jax.random.PRNGKey(0), n)
+    for name in ("hopper_v5", "halfcheetah_v5"):
+        env = GymMujoco(name)
+        qpos, qvel = jax.device_get(jax.jit(jax.vmap(env.reset_state))(keys))
+        dqpos = qpos - np.asarray(env.mj_model.qpos0)
+        s = TASKS[name].reset_noise_scale
+        assert np.all(np.abs(dqpos) <= s + 1e-6)
+        assert np.abs(dqpos.std() - s / np.sqrt(3)) < 0.05 * s  # U(-s, s)
+        expected_std = s if TASKS[name].normal_velocity_noise else s / np.sqrt(3)
+        assert np.abs(qvel.std() - expected_std) < 0.05 * expected_std
+        assert np.abs(qvel.mean()) < 0.05 * s
