@@ -250,7 +250,8 @@ def test_a_gpt_dt_backbone_takes_the_first_k_blocks_through_the_config(tmp_path)
     np.testing.assert_array_equal(params["block_1"]["Dense_0"]["kernel"],
                                   blocks["block_1"]["Dense_0"]["kernel"])
     # Without the explicit option the 3-block LM does not fit a 2-layer backbone.
-    with pytest.raises(CheckpointFormatError, match=r"model.num_layers=2 \(the LM has 3\)"):
+    with pytest.raises(CheckpointFormatError, match=r"model.num_layers=2 \(the LM has 3\); "
+                                                     r"model.pretrained_layers=2 takes only"):
         check_backbone_fits(load_pretrained(path)[0], 8, backbone, path)
 
 

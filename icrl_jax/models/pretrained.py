@@ -194,8 +194,11 @@ def check_backbone_fits(stack: PretrainedStack, d_model: int, backbone: Transfor
     bad = [f"model.{k}={ours!r} (the LM has {theirs!r})" for k, (ours, theirs) in wanted.items()
            if ours != theirs]
     if bad:
+        ours, theirs = wanted["num_layers"]
+        hint = (f"; model.pretrained_layers={ours} takes only the LM's first {ours} blocks"
+                if 0 < ours < theirs else "")
         raise CheckpointFormatError(f"the language model in {path} does not fit this model: "
-                                    + ", ".join(bad))
+                                    + ", ".join(bad) + hint)
 
 
 def backbone_from_lm(backbone_params: dict[str, Any], stack_params: dict[str, Any],
