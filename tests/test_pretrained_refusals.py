@@ -270,3 +270,61 @@ def test_folded_attention_scales_save_as_a_default_gpt2(tmp_path):
     assert "scale_attn_weights" not in hf and "scale_attn_by_inverse_layer_idx" not in hf
     np.testing.assert_allclose(our_output("gpt2", str(tmp_path / "saved")),
                                TENSORS["gpt2"]["both_scales/output"], atol=1e-4, rtol=0)
+
+
+def bfloat16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> its bfloat16 rounding (to nearest even), as the 16-bit patterns."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def write_bfloat16_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
+    """A safetensors file of BF16 tensors, written by hand (numpy has no bfloat16)."""
+    header, chunks, offset = {}, [], 0
+    for key, value in tensors.items():
+        data = bfloat16_bits(value).tobytes()
+        header[key] = {"dtype": "BF16", "shape": list(value.shape),
+                       "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
+
+
+@pytest.mark.parametrize("family", sorted(LAYERS))
+def test_bfloat16_and_float16_checkpoints_load_exactly_widened(tmp_path, family):
+    """Most Hugging Face LLM checkpoints store bfloat16 (config torch_dtype / dtype, accepted:
+    we compute in float32); safetensors.numpy cannot read it, our reader widens it exactly."""
+    path = write_variant(tmp_path, family)
+    state = load_file(os.path.join(path, "model.safetensors"))
+    rounded = {k: (bfloat16_bits(v).astype(np.uint32) << 16).view(np.float32)
+               for k, v in state.items()}
+    save_file(rounded, os.path.join(path, "model.safetensors"))
+    _, want = load_pretrained(path)
+    write_bfloat16_safetensors(os.path.join(path, "model.safetensors"), state)
+    _, got = load_pretrained(path)
+    for a, b in zip(jax_leaves(want), jax_leaves(got)):
+        np.testing.assert_array_equal(a, b)
+    save_file({k: v.astype(np.float16) for k, v in state.items()},
+              os.path.join(path, "model.safetensors"))
+    _, half = load_pretrained(path)
+    save_file({k: v.astype(np.float16).astype(np.float32) for k, v in state.items()},
+              os.path.join(path, "model.safetensors"))
+    for a, b in zip(jax_leaves(half), jax_leaves(load_pretrained(path)[1])):
+        assert a.dtype == np.float32 and np.array_equal(a, b)
+
+
+def jax_leaves(tree):
+    import jax
+    return jax.tree.leaves(tree)
+
+
+def test_a_tensor_of_a_dtype_we_do_not_read_is_named(tmp_path):
+    path = write_variant(tmp_path, "llama")
+    state = load_file(os.path.join(path, "model.safetensors"))
+    state["model.norm.weight"] = state["model.norm.weight"].astype(np.int8)
+    save_file(state, os.path.join(path, "model.safetensors"))
+    with pytest.raises(CheckpointFormatError, match="tensor 'model.norm.weight' has dtype I8"):
+        load_pretrained(path)

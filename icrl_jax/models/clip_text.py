@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.models.gpt2 import (ACCEPTED, HF_ACTIVATIONS, IMPLEMENTED, CheckpointFormatError,
-                                  activation_rule, audit_fields, missing_blocks,
+                                  SafetensorsFile, activation_rule, audit_fields, missing_blocks,
                                   unexpected_blocks)
 from icrl_jax.models.transformer import Transformer
 
@@ -200,47 +200,45 @@ def load_hf_clip_text(path: str) -> tuple[CLIPTextConfig, dict[str, Any]]:
 
     Raises `CheckpointFormatError` naming the missing file, or the parameter and both shapes,
     or the missing key."""
-    from safetensors import safe_open
-
     cfg = CLIPTextConfig.from_hf(read_hf_config(path), os.path.join(path, "config.json"))
     weights_path = os.path.join(path, "model.safetensors")
     if not os.path.isfile(weights_path):
         raise CheckpointFormatError(f"no model.safetensors in {path} (a Hugging Face model "
                                     "directory has config.json and model.safetensors)")
     params: dict[str, Any] = {}
-    with safe_open(weights_path, framework="np") as f:
-        present = set(f.keys())
-        # A CLIPModel (and transformers 4's CLIPTextModel) prefixes the text tower's keys; a
-        # CLIPModel's vision tower and projections are never read.
-        prefix = TEXT_PREFIX if any(k.startswith(TEXT_PREFIX) for k in present) else ""
-        tower = {k[len(prefix):] for k in present if k.startswith(prefix)} - _NOT_TEXT_TOWER
-        rows = _hf_to_ours(cfg)
-        expected = {k for keys, *_ in rows for k in (keys if isinstance(keys, tuple) else (keys,))}
-        extra = sorted(tower - expected)
-        if extra:
+    f = SafetensorsFile(weights_path)
+    present = set(f.keys())
+    # A CLIPModel (and transformers 4's CLIPTextModel) prefixes the text tower's keys; a
+    # CLIPModel's vision tower and projections are never read.
+    prefix = TEXT_PREFIX if any(k.startswith(TEXT_PREFIX) for k in present) else ""
+    tower = {k[len(prefix):] for k in present if k.startswith(prefix)} - _NOT_TEXT_TOWER
+    rows = _hf_to_ours(cfg)
+    expected = {k for keys, *_ in rows for k in (keys if isinstance(keys, tuple) else (keys,))}
+    extra = sorted(tower - expected)
+    if extra:
+        raise CheckpointFormatError(
+            f"{weights_path} does not fit its config.json: "
+            + (unexpected_blocks(extra, "encoder.layers.", cfg.num_hidden_layers,
+                                 "num_hidden_layers")
+               or f"unexpected parameters {extra[:6]}{'...' if len(extra) > 6 else ''}"))
+    missing_blocks(tower, "encoder.layers.", cfg.num_hidden_layers, "num_hidden_layers",
+                   weights_path)
+
+    def read(key: str, want: tuple[int, ...]) -> np.ndarray:
+        if prefix + key not in present:
+            raise CheckpointFormatError(f"{weights_path} has no parameter "
+                                        f"{prefix + key!r}")
+        array = f.get(prefix + key)
+        if array.shape != want:
             raise CheckpointFormatError(
-                f"{weights_path} does not fit its config.json: "
-                + (unexpected_blocks(extra, "encoder.layers.", cfg.num_hidden_layers,
-                                     "num_hidden_layers")
-                   or f"unexpected parameters {extra[:6]}{'...' if len(extra) > 6 else ''}"))
-        missing_blocks(tower, "encoder.layers.", cfg.num_hidden_layers, "num_hidden_layers",
-                       weights_path)
+                f"parameter {prefix + key!r} has shape {array.shape} in {weights_path}; "
+                f"the model ({cfg}) needs {want}")
+        return array
 
-        def read(key: str, want: tuple[int, ...]) -> np.ndarray:
-            if prefix + key not in present:
-                raise CheckpointFormatError(f"{weights_path} has no parameter "
-                                            f"{prefix + key!r}")
-            array = np.asarray(f.get_tensor(prefix + key), np.float32)
-            if array.shape != want:
-                raise CheckpointFormatError(
-                    f"parameter {prefix + key!r} has shape {array.shape} in {weights_path}; "
-                    f"the model ({cfg}) needs {want}")
-            return array
-
-        for keys, path_, want, to_ours in rows:
-            keys = keys if isinstance(keys, tuple) else (keys,)
-            node = params
-            for part in path_[:-1]:
-                node = node.setdefault(part, {})
-            node[path_[-1]] = to_ours(*(read(k, want) for k in keys))
+    for keys, path_, want, to_ours in rows:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        node = params
+        for part in path_[:-1]:
+            node = node.setdefault(part, {})
+        node[path_[-1]] = to_ours(*(read(k, want) for k in keys))
     return cfg, params

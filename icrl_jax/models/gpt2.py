@@ -44,6 +44,53 @@ class CheckpointFormatError(UserError):
     """A Hugging Face checkpoint that does not fit the model (names the parameter)."""
 
 
+# -- safetensors files, bfloat16 included -----------------------------------------------------
+
+#: safetensors dtype names -> little-endian numpy dtypes of the stored bytes (bfloat16 as its
+#: 16-bit pattern: numpy has no bfloat16, so `safetensors.numpy` cannot read it).
+_SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+
+
+class SafetensorsFile:
+    """The tensors of a `.safetensors` file, each read on demand as float32 numpy: F32, F16,
+    F64 and BF16 (the dtype most Hugging Face LLM checkpoints store; widened exactly, its 16 bits
+    are the top half of a float32). Reads the format's header (8-byte length, JSON) itself."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size))
+        except (OSError, ValueError, UnicodeDecodeError) as error:
+            raise CheckpointFormatError(f"{path} is not a readable safetensors file "
+                                        f"({error})") from None
+        header.pop("__metadata__", None)
+        self.header, self.start = header, 8 + size
+
+    def keys(self) -> list[str]:
+        return list(self.header)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.header
+
+    def get(self, key: str) -> np.ndarray:
+        info = self.header[key]
+        kind, shape, (lo, hi) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
+        if kind not in _SAFETENSORS_DTYPES:
+            raise CheckpointFormatError(f"{self.path}: tensor {key!r} has dtype {kind}; the "
+                                        f"loaders read {', '.join(_SAFETENSORS_DTYPES)}")
+        dtype = np.dtype(_SAFETENSORS_DTYPES[kind])
+        raw = np.fromfile(self.path, dtype, (hi - lo) // dtype.itemsize, offset=self.start + lo)
+        if kind == "BF16":
+            return (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
+        return raw.astype(np.float32).reshape(shape)
+
+    def tensors(self, keep=lambda key: True) -> dict[str, np.ndarray]:
+        """Every tensor whose key `keep` accepts, float32."""
+        return {k: self.get(k) for k in self.header if keep(k)}
+
+
 # -- the audit of config fields every loader shares ----------------------------------------------
 
 #: A config field that changes nothing we compute (bookkeeping, token ids, caching, training-only
@@ -308,8 +355,6 @@ def load_hf_gpt2(path: str) -> tuple[GPT2Config, dict[str, Any]]:
     function with our attention. Raises `CheckpointFormatError` naming the file, the field, the
     parameter and both shapes, a missing key, or tensors the config has no place for (a
     checkpoint with more blocks than n_layer is refused, never cut)."""
-    from safetensors.numpy import load_file
-
     config_path, weights_path = (os.path.join(path, f) for f in ("config.json",
                                                                  "model.safetensors"))
     for f in (config_path, weights_path):
@@ -319,8 +364,8 @@ def load_hf_gpt2(path: str) -> tuple[GPT2Config, dict[str, Any]]:
     with open(config_path) as f:
         hf = json.load(f)
     cfg = GPT2Config.from_hf(hf, config_path)
-    tensors = {k.removeprefix("transformer."): v for k, v in load_file(weights_path).items()
-               if not k.endswith(_GPT2_BUFFERS)}
+    tensors = {k.removeprefix("transformer."): v for k, v in SafetensorsFile(weights_path).tensors(
+        lambda k: not k.endswith(_GPT2_BUFFERS)).items()}
     if cfg.tie_word_embeddings and "lm_head.weight" in tensors:  # a saved copy of the tie
         if not np.array_equal(tensors.pop("lm_head.weight"), tensors.get("wte.weight")):
             raise CheckpointFormatError(f"{weights_path}: tie_word_embeddings is set but "

@@ -45,7 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.models.gpt2 import (ACCEPTED, IMPLEMENTED, CheckpointFormatError, Refused,
-                                  audit_fields, missing_blocks, unexpected_blocks)
+                                  SafetensorsFile, audit_fields, missing_blocks,
+                                  unexpected_blocks)
 from icrl_jax.models.transformer import Transformer
 
 
@@ -252,8 +253,6 @@ def params_from_hf_state(cfg: LlamaConfig, state: dict[str, np.ndarray],
 
 def load_hf_llama(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
     """A local Hugging Face Llama directory -> (config, `LlamaLM` params)."""
-    from safetensors.numpy import load_file
-
     config_path = os.path.join(path, "config.json")
     weights = os.path.join(path, "model.safetensors")
     for file in (config_path, weights):
@@ -261,7 +260,7 @@ def load_hf_llama(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
             raise CheckpointFormatError(f"no {os.path.basename(file)} in {path}")
     with open(config_path) as f:
         cfg = llama_config_from_hf(json.load(f), config_path)
-    return cfg, params_from_hf_state(cfg, load_file(weights), weights)
+    return cfg, params_from_hf_state(cfg, SafetensorsFile(weights).tensors(), weights)
 
 
 # -- GGUF ---------------------------------------------------------------------------------------
