@@ -150,7 +150,7 @@ def test_a_registered_part_needing_a_missing_package_names_its_extra(monkeypatch
 
 
 @pytest.mark.parametrize("name, module", [("vizdoom", "vizdoom"), ("miniworld_darkroom", "miniworld"),
-                                          ("hopper", "brax")])
+                                          ("hopper", "brax"), ("hopper_v5", "mujoco")])
 def test_every_simulator_env_declares_its_package(monkeypatch, name, module):
     from icrl_jax import envs
     monkeypatch.setitem(sys.modules, module, None)
