@@ -328,3 +328,36 @@ def test_a_tensor_of_a_dtype_we_do_not_read_is_named(tmp_path):
     save_file(state, os.path.join(path, "model.safetensors"))
     with pytest.raises(CheckpointFormatError, match="tensor 'model.norm.weight' has dtype I8"):
         load_pretrained(path)
+
+
+#: The base fields transformers 4 wrote into every sub-config of a CLIPModel's config.json (e.g.
+#: OpenAI's CLIP ViT-B/32 text_config), at the values it wrote.
+TRANSFORMERS_4_BASE = {
+    "add_cross_attention": False, "bad_words_ids": None, "begin_suppress_tokens": None,
+    "chunk_size_feed_forward": 0, "cross_attention_hidden_size": None,
+    "decoder_start_token_id": None, "diversity_penalty": 0.0, "do_sample": False, "dropout": 0.0,
+    "early_stopping": False, "encoder_no_repeat_ngram_size": 0,
+    "exponential_decay_length_penalty": None, "finetuning_task": None,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "is_decoder": False,
+    "is_encoder_decoder": False, "length_penalty": 1.0, "max_length": 20, "min_length": 0,
+    "no_repeat_ngram_size": 0, "num_beam_groups": 1, "num_beams": 1, "num_return_sequences": 1,
+    "output_scores": False, "prefix": None, "pruned_heads": {}, "remove_invalid_values": False,
+    "repetition_penalty": 1.0, "return_dict_in_generate": False, "sep_token_id": None,
+    "suppress_tokens": None, "task_specific_params": None, "temperature": 1.0,
+    "tf_legacy_loss": False, "tie_encoder_decoder": False, "tie_word_embeddings": True,
+    "tokenizer_class": None, "top_k": 50, "top_p": 1.0, "torch_dtype": None, "torchscript": False,
+    "typical_p": 1.0, "use_bfloat16": False, "gradient_checkpointing": False}
+
+
+def test_a_transformers_4_clip_model_config_loads(tmp_path):
+    path = write_variant(tmp_path, "clip_text")
+    text = json.loads(open(os.path.join(path, "config.json")).read())
+    whole = {"_name_or_path": "openai/clip-vit-base-patch32", "architectures": ["CLIPModel"],
+             "initializer_factor": 1.0, "logit_scale_init_value": 2.6592, "model_type": "clip",
+             "projection_dim": 4, "torch_dtype": "float32", "transformers_version": "4.21.0",
+             "text_config": dict(text, **TRANSFORMERS_4_BASE), "text_config_dict": None,
+             "vision_config": dict(TRANSFORMERS_4_BASE, hidden_size=8), "vision_config_dict": None}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(whole, f)
+    np.testing.assert_allclose(our_output("clip_text", path),
+                               TENSORS["clip_text"]["default/output"], atol=1e-4, rtol=0)
