@@ -17,7 +17,8 @@ the training metrics other than the loss. Seeds: torch, numpy and Python's `rand
 `set_seed` leaves torch unseeded).
 
 Writes `<data>/theirs/seed_<s>.json`: the final cumulative regret of each held-out bandit, its
-mean, the loss every 100 updates, and the training and evaluation wall times.
+mean, the loss every 100 updates, and the training and evaluation wall times; and the trained
+weights, `<data>/theirs/seed_<s>.safetensors` (with safetensors installed).
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ def train_one(ref, settings: dict, data: str, seed: int, log_every: int = 100) -
                                            num_actions_per_env=bandits["num_arms"])
     eval_seconds = time.perf_counter() - start
     final = np.asarray(regrets)[:, -1]
+    try:  # the trained weights, for evaluating them with our code (cross_eval.py)
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+                  os.path.join(data, "theirs", f"seed_{seed}.safetensors"))
+    except ImportError:
+        pass
     return dict(seed=seed, final_regret=float(final.mean()), final_regrets=final.tolist(),
                 losses=losses, train_seconds=train_seconds, eval_seconds=eval_seconds,
                 num_updates=config.num_train_steps, load_average=os.getloadavg(),
