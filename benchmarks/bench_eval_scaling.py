@@ -312,6 +312,8 @@ def main() -> None:
     ap.add_argument("--headless-ad", default="", help="checkout of corl-team/headless-ad")
     ap.add_argument("--corl", default="", help="checkout of tinkoff-ai/CORL")
     ap.add_argument("--ref-envs", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--ref-envs-headless-ad", type=int, nargs="+", default=[1],
+                    help="N of the authors' Headless-AD loop (it runs the whole history a step)")
     ap.add_argument("--device", action="store_true",
                     help="run only the largest N, on the default accelerator")
     ap.add_argument("--write", action="store_true", help="write the table to RESULTS.md")
@@ -364,7 +366,7 @@ def main() -> None:
             print(why, flush=True)
             notes.append(why)
             continue
-        for n in args.ref_envs:
+        for n in args.ref_envs_headless_ad if method_name == "headless_ad" else args.ref_envs:
             command = [args.ref_python, __file__, "--ref-one", str(n), "--method", method_name,
                        "--checkout", checkout, "--steps", str(args.steps or 300)]
             r, error = run_child(command)

@@ -7,7 +7,7 @@ import pytest
 
 from icrl_jax.models.attention import (CAUSAL_QUERY_BLOCK, attend, attention_weights,
                                        dot_product_attention)
-from icrl_jax.models.transformer import Transformer
+from icrl_jax.models.transformer import Transformer, ring_cache_mask, ring_cache_slots
 
 
 def _reference(q, k, v, mask):
@@ -175,3 +175,39 @@ def test_attention_window_masks_keys_further_back_than_the_window(position):
     with pytest.raises(ValueError, match="attention_window needs a causal mask"):
         Transformer(num_layers=1, num_heads=2, causal=False, attention_window=4).init(
             jax.random.PRNGKey(1), x)
+
+
+def test_ring_cache_slots_hand_worked():
+    """Per-token slots of a ring of 5 and what each query sees: placeholders at negative
+    positions see nothing and are seen by nobody; a write wrapping past the ring's end lands
+    at the right slots; the window keeps the last W tokens."""
+    slots, mask = ring_cache_slots(jnp.array([-2, -1, 0]), 5)
+    np.testing.assert_array_equal(slots, [3, 4, 0])
+    np.testing.assert_array_equal(mask, [[0, 0, 0, 0, 0], [0, 0, 0, 0, 0], [1, 0, 0, 0, 0]])
+    slots, mask = ring_cache_slots(jnp.array([4, 5, 6]), 5, window=3)
+    np.testing.assert_array_equal(slots, [4, 0, 1])
+    # position 4: itself (slot 4) and 3, 2 (slots 3, 2); 6: itself, 5, 4 (slots 1, 0, 4).
+    np.testing.assert_array_equal(mask, [[0, 0, 1, 1, 1], [1, 0, 0, 1, 1], [1, 1, 0, 0, 1]])
+    first, same = ring_cache_mask(jnp.array([4, 5, 6]), 5, window=3)
+    assert int(first) == 4
+    np.testing.assert_array_equal(same, mask)
+
+
+def test_per_token_cache_slots_equal_a_contiguous_write():
+    """Writing three tokens at slots (2, 3, 4) one by one equals one contiguous write from slot
+    2 (keys, values and outputs), and a write wrapping the ring's end stores each at its slot."""
+    model = Transformer(num_layers=1, num_heads=2, position="rotary")
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, 3, 8))
+    params = model.init(jax.random.PRNGKey(1), x)
+    positions = jnp.arange(2, 5)
+    _, mask = ring_cache_slots(positions, 6)
+    cache = model.init_cache(1, 6, 8)
+    contiguous, c1 = model.apply(params, x, attention_mask=mask[None, None], positions=positions,
+                                 cache=cache, cache_index=jnp.int32(2))
+    per_token, c2 = model.apply(params, x, attention_mask=mask[None, None], positions=positions,
+                                cache=cache, cache_index=jnp.arange(2, 5, dtype=jnp.int32))
+    np.testing.assert_array_equal(contiguous, per_token)
+    np.testing.assert_array_equal(c1.blocks[0][0], c2.blocks[0][0])
+    _, wrapped = model.apply(params, x, attention_mask=mask[None, None], positions=positions,
+                             cache=cache, cache_index=jnp.array([5, 0, 1], jnp.int32))
+    np.testing.assert_array_equal(wrapped.blocks[0][1][:, [5, 0, 1]], c1.blocks[0][1][:, 2:5])
