@@ -1,8 +1,9 @@
 """GPT-2 on the shared transformer, and Hugging Face GPT-2 checkpoints in and out.
 
 `GPT2LM` is a token embedding, the shared `Transformer` configured as GPT-2 (pre-norm with
-LayerNorm epsilon 1e-5, tanh-GELU, learned positions, fused qkv with biases, causal) and the
-output head tied to the token embedding. `load_hf_gpt2(path)` reads a local Hugging Face
+LayerNorm epsilon 1e-5, tanh-GELU, learned positions, fused qkv with biases, causal; or the
+checkpoint's feed-forward width, GELU and epsilon) and the output head, tied to the token
+embedding or (tie_word_embeddings=False) its own. `load_hf_gpt2(path)` reads a local Hugging Face
 directory (`config.json` + `model.safetensors`, transformers' key names, with or without the
 `transformer.` prefix) into its parameters; `save_hf_gpt2` writes one that transformers'
 `GPT2LMHeadModel.from_pretrained` loads. Nothing is ever downloaded.
