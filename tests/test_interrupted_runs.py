@@ -188,15 +188,3 @@ def test_a_dataset_made_for_another_config_names_both_shapes(tmp_path):
     other = tiny_config(tmp_path, num_steps=50, histories_per_task=2)  # quick preset: 8 a task
     with pytest.raises(UserError, match=r"holds 64 histories x 50 steps, .* makes 16 x 50"):
         builders.open_dataset(other, env)
-
-
-@pytest.mark.parametrize("name, module", [("vizdoom", "vizdoom"),
-                                          ("miniworld_darkroom", "miniworld")])
-def test_a_missing_simulator_says_how_to_install_it(monkeypatch, name, module):
-    from icrl_jax.envs.host import specs
-
-    real = specs.importlib.util.find_spec
-    monkeypatch.setattr(specs.importlib.util, "find_spec",
-                        lambda m, *a: None if m == module else real(m, *a))
-    with pytest.raises(specs.MissingSimulatorError, match=rf"pip install '{module}>="):
-        envs.make(name)

@@ -85,7 +85,7 @@ def test_jsonl_and_tensorboard(tmp_path):
 
 def test_missing_wandb_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
-    with pytest.raises(UserError, match=r"needs `pip install wandb` \(or the \[wandb\] extra\)"):
+    with pytest.raises(UserError, match=r"log.wandb=True needs the optional extra: pip install 'icrl-jax\[wandb\]'"):
         MetricsLogger(str(tmp_path), "train", wandb=True)
 
 
