@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icrl_jax.core.extras import import_extra
 from icrl_jax.models.gpt2 import (ACCEPTED, IMPLEMENTED, CheckpointFormatError, Refused,
                                   SafetensorsFile, audit_fields, missing_blocks,
                                   unexpected_blocks)
@@ -373,7 +374,7 @@ def gguf_state(reader, cfg: LlamaConfig) -> dict[str, np.ndarray]:
 
 def load_gguf_llama(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
     """A GGUF llama file -> (config, `LlamaLM` params, float32 numpy)."""
-    from gguf import GGUFReader
+    GGUFReader = import_extra("gguf", "a GGUF model file").GGUFReader
 
     if not os.path.isfile(path):
         raise CheckpointFormatError(f"no GGUF file at {path}")
@@ -387,7 +388,8 @@ def gguf_tokenizer(path: str):
     merges), as a `tokenizers.Tokenizer`. The pre-tokenizer is GPT-2's byte-level split; a
     model whose llama.cpp pre-tokenizer differs (e.g. splitting digits one by one) may split a
     few strings differently from its own tokenizer."""
-    from gguf import GGUFReader
+    GGUFReader = import_extra("gguf", "a GGUF model file").GGUFReader
+    import_extra("tokenizers", "a GGUF file's tokenizer")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     reader = GGUFReader(path)
