@@ -9,6 +9,7 @@ import pytest
 
 from icrl_jax.core.config import apply_preset, set_dotted
 from icrl_jax.core.errors import UserError
+from helpers import assert_user_error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -116,3 +117,12 @@ def test_evaluations_during_training_are_kept_per_step_and_not_redone(tmp_path):
     assert eval_steps() == [10, 20, 30, 30]
     out = run_cli(*args[:-1], "--config.eval.every=15", check=False)
     assert out.returncode == 2 and "multiple of train.steps_per_call=10" in out.stderr
+
+
+def test_experiment_paths_resolve_to_the_installed_files_from_any_directory(tmp_path):
+    # From outside the repository the README's `experiments/...` path is the installed file:
+    # the preset's own error (not "file not found") shows that it was read.
+    out = run_cli("train", "--config", "experiments/ad/darkroom.py:quikc", cwd=tmp_path, check=False)
+    assert_user_error(out, "unknown preset 'quikc'", "did you mean 'quick'")
+    out = run_cli("train", "--config=experiments/ad/nope.py", cwd=tmp_path, check=False)
+    assert_user_error(out, "config file 'experiments/ad/nope.py' not found")

@@ -100,6 +100,32 @@ def _config_arg(argv: list[str]) -> str | None:
     return None
 
 
+def _installed_experiments(argv: list[str]) -> list[str]:
+    """argv with `--config experiments/...` pointing at the installed experiment files
+    (`icrl_jax.experiments`) when no such path exists here: the README's commands then work
+    from any directory, as after `pip install icrl-jax`."""
+    value = _config_arg(argv)
+    prefix = "experiments" + os.sep
+    if value is None or os.path.exists(value.split(":", 1)[0]) or not value.startswith(prefix):
+        return argv
+    import importlib.util
+    spec = importlib.util.find_spec("icrl_jax.experiments")  # located, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return argv
+    installed = os.path.join(list(spec.submodule_search_locations)[0], value[len(prefix):])
+    if not os.path.isfile(installed.split(":", 1)[0]):
+        return argv
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if re.fullmatch(r"--?config=.*", arg, re.DOTALL):
+            out[i] = arg.split("=", 1)[0] + "=" + installed
+            break
+        if re.fullmatch(r"--?config", arg) and i + 1 < len(out):
+            out[i + 1] = installed
+            break
+    return out
+
+
 def _check_config_file(argv: list[str]) -> None:
     """A missing config file is a user error (config_flags defers it to an OSError traceback)."""
     value = _config_arg(argv)
@@ -154,6 +180,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
     ml_collections, and a `UserError` from the config file (an unknown preset) as a flag error.
     Those become `UserError`s; anything else (a bug in a config file) is raised unchanged.
     """
+    argv = _installed_experiments(argv)
     _check_config_file(argv)
     try:
         return flags.FLAGS(argv)
