@@ -100,7 +100,7 @@ def test_all_is_every_runtime_extra_and_test_adds_the_docs_and_tools():
 def test_each_optional_module_is_installed_by_its_extra(module, extra):
     # The installed metadata's extras are pyproject's (the message reads them from there).
     assert X.extra_of(module) == extra
-    listed = _expanded(extra.replace("-", "_"))
+    listed = _expanded(extra)
     providers = {_name(d) for d in importlib.metadata.packages_distributions().get(module, [])}
     assert providers & listed, f"{module} comes from {providers}, {extra} lists {listed}"
 
