@@ -167,6 +167,9 @@ def base_config() -> ml_collections.ConfigDict:
         builder="histories",  # how the dataset is made and opened (data/builders.py BUILDERS)
         dataset_id="",  # builder "minari"/"locomotion": the Minari dataset id, e.g. "hopper/medium-v0"
         minari_root="",  # ... and the folder of Minari datasets ("" = <workdir>/minari)
+        # builder "minari": a dataset the user has, read as it is (a path, or an id under
+        # MINARI_DATASETS_PATH / ~/.minari/datasets, e.g. "mujoco/hopper/medium-v0")
+        minari_id="",
     ))
     config.model = default_transformer_config()
     config.train = default_train_config()
@@ -251,7 +254,7 @@ BASE_CONSTRAINTS = V.declare("base", (
     V.positive_int("data.num_steps", 1000), V.integer("data.split_seed", 0),
     V.string("data.path", "runs/histories.npz"), V.positive_int("data.subsample", 1),
     V.string("data.builder", "histories"), V.string("data.dataset_id"),
-    V.string("data.minari_root"),
+    V.string("data.minari_root"), V.string("data.minari_id"),
     V.positive_int("eval.num_steps", 500), V.positive_int("eval.num_envs_per_task", 1),
     V.boolean("eval.greedy"), V.positive("eval.temperature", 1.0),
     V.non_negative_int("eval.context_caches", 0), V.integer("eval.seed", 1),

@@ -279,6 +279,8 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     if refs is not None:  # datasets with reference returns: D4RL-normalised scores
         results.update({f"{name}_d4rl_score": float(normalized_score(
             results[f"{name}_first_episode_return"], *refs)) for name in rollouts})
+        if step is None:
+            results.update(best_of_evaluations(config, results, [f"{n}_d4rl_score" for n in rollouts]))
     returns = dataset_returns(dataset)
     if returns is not None:
         results.update(_return_stats(returns, across_processes=rows is not None))
@@ -307,6 +309,25 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
         ylabel="cumulative regret" if regret else "return",
         title=f"{config.experiment}: {config.eval.tasks} tasks")
     return write_eval_results(config, results, step, per_rollout)
+
+
+def best_of_evaluations(config, final: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    """`<key>_best` and `<key>_best_step`: the best of each score over the evaluations during
+    training (`evals/`, `eval.every`) and the final one (`final`, whose own `<key>` is the last
+    evaluation's). The best is an optimistic selection over checkpoints; the last is what D4RL
+    and CORL tables report."""
+    scores = {int(config.train.num_steps): final}
+    folder = os.path.join(config.workdir, "evals")
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        if name.startswith("step_") and name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                scores[int(name[5:-5])] = json.load(f)
+    out = {}
+    for key in keys:
+        steps = [s for s in sorted(scores) if key in scores[s]]
+        best = max(steps, key=lambda s: scores[s][key])
+        out.update({f"{key}_best": float(scores[best][key]), f"{key}_best_step": int(best)})
+    return out
 
 
 def _return_stats(returns: np.ndarray, across_processes: bool) -> dict[str, float]:

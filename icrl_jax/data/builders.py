@@ -39,11 +39,9 @@ from icrl_jax.core.files import write_json
 from icrl_jax.core.registry import Registry
 from icrl_jax.envs import split_tasks
 from icrl_jax.data.sources import Source
-from icrl_jax.data.minari_io import MinariEpisodes
+from icrl_jax.data.minari_io import (DatasetNotFoundError, DatasetSpaceError, MinariEpisodes, dataset_dir,
+                                      locate_minari, read_minari, spaces_of, write_minari)
 from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
-from icrl_jax.data.minari_io import dataset_dir
-from icrl_jax.data.minari_io import DatasetNotFoundError, spaces_of, write_minari
-from icrl_jax.data.minari_io import read_minari
 from icrl_jax.data.sources import ppo as P
 
 
@@ -194,7 +192,9 @@ class Histories(Builder):
 
 class Minari(Builder):
     """Offline episodes in a Minari dataset (`data/minari_io.py`): `<root>/<data.dataset_id>`,
-    root `data.minari_root` (default `<workdir>/minari`).
+    root `data.minari_root` (default `<workdir>/minari`), or, with `data.minari_id`, a dataset
+    the user has (a path, or an id under Minari's own root such as the hosted
+    "mujoco/hopper/medium-v0"), which is only read: nothing is generated or downloaded.
 
     `build` rolls `data.source` (e.g. "waypoint", D4RL maze2d's noisy controller) out on device
     on every training task (random start and, with `task="random_goal"`, random goal per task;
@@ -211,12 +211,20 @@ class Minari(Builder):
         return config.data.get("minari_root") or os.path.join(config.workdir, "minari")
 
     def path(self, config, env) -> str:
+        if config.data.get("minari_id"):
+            return locate_minari(config.data.minari_id)
         return dataset_dir(self.root(config), config.data.dataset_id)
 
     def exists(self, path: str, env) -> bool:
-        return os.path.isfile(os.path.join(path, "data", "metadata.json"))
+        return any(os.path.isfile(os.path.join(path, *sub, "metadata.json"))
+                   for sub in (("data",), ()))
 
     def build(self, config, env, path: str) -> None:
+        if config.data.get("minari_id"):
+            raise DatasetNotFoundError(
+                f"no Minari dataset data.minari_id={config.data.minari_id!r} at {path}: download "
+                f"it first (minari download {config.data.minari_id}), or set "
+                f"MINARI_DATASETS_PATH to the folder that holds it")
         if not config.data.source:  # a config that points at an existing dataset
             raise DatasetNotFoundError(f"no Minari dataset at {path} (and no data.source to "
                                        f"generate one)")
@@ -250,13 +258,15 @@ class Minari(Builder):
                                    source=config.data.source,
                                    source_kwargs=config.data.source_kwargs.to_dict(),
                                    seed=int(config.seed), generation_seconds=seconds),
-                     overwrite=True, algorithm_name=config.data.source, **refs)
+                     overwrite=True, algorithm_name=config.data.source, env_spec=env.gymnasium_id, **refs)
         steps = sum(len(e["rewards"]) for e in episodes)
         print(f"generated {len(episodes)} episodes ({steps} steps) of {config.data.source} in "
               f"{seconds:.1f}s -> {path}" + "".join(f"; {k} {v:.2f}" for k, v in refs.items()))
 
     def open(self, config, env, path: str):
-        return read_minari(path, env=env)
+        dataset = read_minari(path, env=env)
+        check_recorded_env(dataset, env)
+        return dataset
 
 
 class LocomotionData(Minari):
@@ -376,7 +386,7 @@ class LocomotionData(Minari):
                                ("medium-expert", medium_eps + expert_eps)):
             write_minari(self.root(config), ids[kind], episodes, obs_space, act_space,
                          config.env.name, metadata=dict(meta, kind=kind), overwrite=True,
-                         algorithm_name="ppo", **refs)
+                         algorithm_name="ppo", env_spec=env.gymnasium_id, **refs)
             steps = sum(len(e["rewards"]) for e in episodes)
             print(f"{ids[kind]}: {len(episodes)} episodes ({steps} steps), mean return "
                   f"{np.mean([e['rewards'].sum() for e in episodes]):.1f}")
@@ -473,6 +483,20 @@ BUILDERS.register("minari", Minari(), needs=("minari",))
 BUILDERS.register("locomotion", LocomotionData(), needs=("minari",))
 
 
+def check_recorded_env(dataset: MinariEpisodes, env) -> None:
+    """Refuse a dataset recorded on a gymnasium env that `env` does not simulate (e.g. Minari's
+    D4RL hopper, recorded on `Hopper-v5`, with brax's hopper: same spaces, other dynamics)."""
+    from icrl_jax.envs.continuous.mjx_locomotion import ENV_OF_GYMNASIUM_ID
+    recorded = dataset.env_spec_id
+    if recorded is None or recorded == env.gymnasium_id:
+        return
+    if env.gymnasium_id is not None or recorded in ENV_OF_GYMNASIUM_ID:
+        ours = ENV_OF_GYMNASIUM_ID.get(recorded)
+        hint = f": use env.name={ours!r}" if ours else ""
+        raise DatasetSpaceError(f"dataset {dataset.dataset_id} was recorded on gymnasium's "
+                                f"{recorded}, which env {env.name!r} does not simulate{hint}")
+
+
 def builder_of(config):
     return BUILDERS.get(config.data.builder)
 
@@ -485,6 +509,8 @@ def share_dataset(config, env, derived) -> None:
     """Point `derived` (a copy of `config` with its own work directory: a training seed, a
     table column) at `config`'s dataset, so that it is built once and every copy reads it."""
     builder = builder_of(config)
+    if config.data.get("minari_id"):  # the user's dataset: every copy reads it where it is
+        return
     if isinstance(builder, Minari):  # located by its root and id, not by data.path
         derived.data.minari_root = builder.root(config)
     else:

@@ -68,6 +68,8 @@ class MinariEpisodes:
       lengths: int32 `(E,)`.
       ref_min_score, ref_max_score: reference mean returns (random, expert) or None.
       env_name: the `icrl_env` it was written for; metadata: `icrl_metadata` (dict).
+      env_spec_id: the id of the gymnasium env it was recorded on (Minari's `env_spec`; e.g.
+        "Hopper-v5" for the hosted D4RL datasets), None when it stores none.
     """
 
     observations: np.ndarray
@@ -85,6 +87,7 @@ class MinariEpisodes:
     ref_min_score: float | None = None
     ref_max_score: float | None = None
     metadata: dict = field(default_factory=dict)
+    env_spec_id: str | None = None
 
     @property
     def num_episodes(self) -> int:
@@ -213,11 +216,13 @@ def write_minari(root, dataset_id: str, episodes: Sequence[dict], observation_sp
                  action_space, env_name: str, metadata: dict | None = None,
                  ref_min_score: float | None = None, ref_max_score: float | None = None,
                  overwrite: bool = False, algorithm_name: str | None = None,
-                 description: str | None = None) -> str:
+                 description: str | None = None, env_spec: str | None = None) -> str:
     """Write `episodes` as the Minari dataset `<root>/<dataset_id>`; returns that directory.
 
     See the module docstring for the episode format. Observations and actions are stored in the
-    spaces' dtypes (float32 Box, int64 Discrete); rewards as float32.
+    spaces' dtypes (float32 Box, int64 Discrete); rewards as float32. `env_spec`: the id of the
+    gymnasium env the episodes are of (an env with `gymnasium_id`), stored as Minari's
+    `env_spec`, as the hosted datasets do.
     """
     minari = import_extra("minari", "writing a Minari dataset")
     from minari.data_collector import EpisodeBuffer
@@ -235,7 +240,7 @@ def write_minari(root, dataset_id: str, episodes: Sequence[dict], observation_sp
     with _datasets_root(os.fspath(root)), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # minari warns about every optional metadata field
         dataset = minari.create_dataset_from_buffers(
-            dataset_id, buffers, observation_space=obs_space, action_space=act_space,
+            dataset_id, buffers, env=env_spec, observation_space=obs_space, action_space=act_space,
             algorithm_name=algorithm_name or env_name, description=description or env_name,
             jpeg_encoding=False)
     extra = {"icrl_env": env_name, "icrl_metadata": json.dumps(metadata or {})}
@@ -264,6 +269,19 @@ def _resolve(dataset, root) -> str:
                 return d
     where = candidates[0] if root is not None else " or ".join(candidates)
     raise DatasetNotFoundError(f"no Minari dataset at {where}")
+
+
+def locate_minari(dataset) -> str:
+    """The `data/` directory of a dataset given as a path or as an id under Minari's own root
+    (`MINARI_DATASETS_PATH`, default `~/.minari/datasets`: where `minari download <id>` puts it),
+    or, when there is none yet, the directory the id would have there."""
+    try:
+        return _resolve(dataset, None)
+    except DatasetNotFoundError:
+        if os.path.isdir(os.fspath(dataset)):
+            return os.fspath(dataset)
+        from minari.storage.datasets_root_dir import get_dataset_path
+        return os.path.join(os.fspath(get_dataset_path(str(dataset))), "data")
 
 
 def check_spaces(observation_space, action_space, env, what: str = "dataset") -> None:
@@ -318,7 +336,8 @@ def read_minari(dataset, root=None, env=None) -> MinariEpisodes:
         lengths=lengths, observation_space=obs_space, action_space=act_space,
         dataset_id=str(meta.get("dataset_id")), env_name=meta.get("icrl_env"),
         ref_min_score=meta.get("ref_min_score"), ref_max_score=meta.get("ref_max_score"),
-        metadata=json.loads(meta.get("icrl_metadata") or "{}"))
+        metadata=json.loads(meta.get("icrl_metadata") or "{}"),
+        env_spec_id=ds.env_spec.id if ds.env_spec is not None else None)
 
 
 def normalized_score(returns, ref_min_score: float, ref_max_score: float):
