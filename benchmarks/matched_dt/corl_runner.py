@@ -133,7 +133,8 @@ def install_stand_ins(make_env, logs: list) -> None:
     def log(values, step=None):
         logs.append((step, values))
         if step is not None and step % 250 == 0 and "train_loss" in values:
-            print(f"  step {step}: loss {values['train_loss']:.4f}", file=sys.stderr, flush=True)
+            print(f"  step {step}: loss {values['train_loss']:.4f} at {time.perf_counter():.2f}s",
+                  file=sys.stderr, flush=True)
 
     wandb.log = log
     pyrallis = types.ModuleType("pyrallis")
