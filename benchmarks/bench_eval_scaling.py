@@ -273,6 +273,11 @@ def ref_corl_dt(checkout: str, num_envs: int, steps: int) -> dict:
 REF_LOOPS = {"headless_ad": ref_headless_ad, "dt": ref_corl_dt}
 
 
+def rate_text(rate: float) -> str:
+    """Env-steps/s with three significant digits below 100 (0.29), else whole numbers."""
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
 def run_child(command: list[str]) -> tuple[dict | None, str]:
     """(last JSON line of the child's stdout, or None; the error text)."""
     done = subprocess.run(command, capture_output=True, text=True)
@@ -354,7 +359,7 @@ def main() -> None:
             ours[method_name, n] = r["steps_per_s"]
             loop = "ours" + (" (cached)" if r["cached"] else " (recompute)")
             rows.append(f"| {method_name} | {loop} | {n:,} | {r['steps']} | {r['first']:.1f} | "
-                        f"{r['seconds']:.2f} | {r['steps_per_s']:,.0f} | {r['rss_mib']:,.0f} | "
+                        f"{r['seconds']:.2f} | {rate_text(r['steps_per_s'])} | {r['rss_mib']:,.0f} | "
                         f"{r['chunk'] or 'all'} | |")
             print(rows[-1], f"({r['backend']}, {r['devices']} devices)", flush=True)
         if method_name not in REFERENCES or args.device:
@@ -377,7 +382,7 @@ def main() -> None:
             rate = r["env_steps"] / r["seconds"]
             ratio = ours.get((method_name, n))
             rows.append(f"| {method_name} | {label} | {n:,} | {r['steps']} | | "
-                        f"{r['seconds']:.2f} | {rate:,.0f} | {r['rss_mib']:,.0f} | | "
+                        f"{r['seconds']:.2f} | {rate_text(rate)} | {r['rss_mib']:,.0f} | | "
                         f"{f'{ratio / rate:,.0f}x' if ratio else ''} |")
             print(rows[-1], f"(torch {r['torch']})", flush=True)
 
