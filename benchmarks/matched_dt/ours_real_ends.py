@@ -17,6 +17,7 @@ in both samplers), so a window holds 8.8 real steps on average, as CORL's do.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from icrl_jax.data import trajectories
 from icrl_jax.data.train_data import window_at
@@ -24,12 +25,16 @@ from icrl_jax.data.train_data import window_at
 
 def sample_real_end_windows(data, key, batch_size: int, window: int):
     """`batch_size` windows of `pad_for_windows` data whose last step is real, uniform over the
-    real steps: `(N, T + window - 1)` fields -> `(B, window, ...)`."""
-    mask = data.mask[:, window - 1:]  # position t: the window ending at real step t
-    flat = jax.random.choice(key, mask.size, (batch_size,), p=mask.ravel() / mask.sum())
-    rows, starts = flat // mask.shape[1], flat % mask.shape[1]
+    real steps (the episode in proportion to its length, then the end step uniform in it):
+    `(N, T + window - 1)` fields -> `(B, window, ...)`. (A categorical over all N x T steps
+    would need their cumulative sum, which XLA's CPU backend computes very slowly.)"""
+    key_episode, key_end = jax.random.split(key)
+    lengths = data.mask.sum(1)
+    rows = jax.random.categorical(key_episode, jnp.log(lengths.astype(jnp.float32)), shape=(batch_size,))
+    ends = jnp.floor(jax.random.uniform(key_end, (batch_size,)) * lengths[rows]).astype(jnp.int32)
+    # A window ending at real step t starts at padded position t (window - 1 steps of left padding).
     return jax.vmap(lambda r, s: jax.tree.map(lambda x: window_at(x, r, s, window), data))(
-        rows, starts)
+        rows, jnp.minimum(ends, lengths[rows] - 1))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
     python benchmarks/matched_dt/summarise.py runs/matched_dt
 
-Reads `<data>/ours/seed_<s>/eval.json` (and `<data>/ours_real_ends/...`, the diagnostic of
-ours_real_ends.py, where it exists), `<data>/corl/seed_<s>.json` and `<data>/timings.json`
+Reads `<data>/ours/seed_<s>/eval.json` (and `<data>/ours_real_ends/...`,
+`<data>/ours_corl_init/...`, the diagnostics of ours_real_ends.py and ours_corl_init.py, where
+all their seeds ran), `<data>/corl/seed_<s>.json` and `<data>/timings.json`
 (run_both.py's). Per seed and side, over the 20 held-out episodes:
 the fraction that reached the goal, the mean episode length (a failed episode counts its 300
 steps), and the mean return of the episodes that reached the goal (our `first_episode_return`:
@@ -48,11 +49,13 @@ def main(data: str) -> None:
                    for p in glob.glob(os.path.join(data, "corl", "seed_*.json")))
     seeds = [s for s in seeds if os.path.exists(os.path.join(data, "ours", f"seed_{s}", "eval.json"))]
     rows = {"ours": [ours_seed(os.path.join(data, "ours", f"seed_{s}")) for s in seeds]}
-    variant = [os.path.join(data, "ours_real_ends", f"seed_{s}") for s in seeds]
-    if all(os.path.exists(os.path.join(v, "eval.json")) for v in variant):
-        rows["ours_real_ends"] = [ours_seed(v) for v in variant]
+    for name in ("ours_real_ends", "ours_corl_init"):  # the diagnostics, where they ran
+        variant = [os.path.join(data, name, f"seed_{s}") for s in seeds]
+        if all(os.path.exists(os.path.join(v, "eval.json")) for v in variant):
+            rows[name] = [ours_seed(v) for v in variant]
     rows["corl"] = [corl_seed(os.path.join(data, "corl", f"seed_{s}.json")) for s in seeds]
     labels = {"ours": "ours (JAX)", "ours_real_ends": "ours, windows ending at real steps",
+              "ours_corl_init": "ours, CORL's initialisation",
               "corl": "CORL's dt.py (torch)"}
     path = os.path.join(data, "timings.json")
     timings = json.load(open(path)) if os.path.exists(path) else {}
