@@ -61,6 +61,17 @@ def summarise(data: str) -> str:
         for key in ("random_final_regret", "source_final_regret"):
             if key in results[0]:
                 baselines[key] = results[0][key]
+    crossed = {}
+    for path in glob.glob(os.path.join(data, "cross_eval", "seed_*_eval_*.json")):
+        with open(path) as f:
+            result = json.load(f)
+        crossed.setdefault(result["eval_seed"] == 1000 + result["seed"], []).append(result)
+    if crossed.get(True):  # their weights under our evaluation, at the seeds ours.py uses
+        mean, sem = mean_sem([r["final_regret"] for r in crossed[True]])
+        per_seed = ", ".join(f"{r['final_regret']:.2f}" for r in sorted(crossed[True],
+                                                                         key=lambda r: r["seed"]))
+        lines.append(f"| their trained weights, our evaluation | {len(crossed[True])} "
+                     f"| {mean:.2f} +- {sem:.2f} | {per_seed} | | | | |")
     if baselines:
         lines.append("")
         lines.append(f"Baselines on the same bandits (our rollouts): Thompson sampling (the data's "
