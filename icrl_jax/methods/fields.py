@@ -71,9 +71,9 @@ def dt_model_config() -> ml_collections.ConfigDict:
         cnn_channels=(32, 64, 64),  # strided conv widths of the state encoder
         cnn_kernel=4,
         obs_pool=1,  # average-pool the image by this factor before the CNN (1 = off)
-        embed_norm_epsilon=1e-6,
+        embed_norm_epsilon=1e-6,  # the token LayerNorm's epsilon (CORL's DT: PyTorch's 1e-5)
         # Multiplies the returns-to-go (0: behaviour cloning without them, Uni[MASK]'s DT-BC).
-        return_conditioned=1.0,  # the token LayerNorm's epsilon (CORL's DT: PyTorch's 1e-5)
+        return_conditioned=1.0,
     ))
 
 
