@@ -192,10 +192,13 @@ def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             info = f.read()
-        model = next(line.split(":", 1)[1].strip() for line in info.splitlines()
-                     if line.startswith("model name"))
-        return f"{model}, {os.cpu_count()} cores"
-    except (OSError, StopIteration):
+        fields = {}
+        for line in info.splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        return (f"{fields['model name']} (family {fields.get('cpu family', '?')} model "
+                f"{fields.get('model', '?')}), {os.cpu_count()} cores")
+    except (OSError, KeyError):
         return f"{platform.processor() or 'CPU'}, {os.cpu_count()} cores"
 
 
