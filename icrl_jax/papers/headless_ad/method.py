@@ -225,6 +225,11 @@ class HeadlessADModel(nn.Module):
         return nn.Dense(self.action_embed_dim, name="predicted_embedding")(hidden), cache
 
 
+#: Other token layouts of Headless-AD (`model.layout` -> its method class, built from the model
+#: config and the env); each registers itself from its module (reference_method.py).
+LAYOUTS: dict = {}
+
+
 @register
 class HeadlessAD(InContextMethod):
     """The Headless-AD method: model, per-step random embeddings, loss and policy logits.
@@ -243,14 +248,14 @@ class HeadlessAD(InContextMethod):
 
     @classmethod
     def from_config(cls, config, env, model_config) -> "HeadlessAD":
-        """`model.layout`: "ours" (this model) or "reference" (the authors' bandit model,
-        `reference_method.ReferenceHeadlessAD`)."""
+        """`model.layout`: "ours" (this model) or another registered in `LAYOUTS` (the
+        authors' bandit model, "reference": `reference_method.ReferenceHeadlessAD`)."""
         layout = model_config.get("layout", "ours")
-        if layout == "reference":
-            from icrl_jax.papers.headless_ad.reference_method import ReferenceHeadlessAD
-            return ReferenceHeadlessAD(model_config, env)
         if layout != "ours":
-            raise UserError(f"model.layout must be 'ours' or 'reference', got {layout!r}")
+            if layout not in LAYOUTS:
+                names = " or ".join(repr(n) for n in ("ours", *LAYOUTS))
+                raise UserError(f"model.layout must be {names}, got {layout!r}")
+            return LAYOUTS[layout](model_config, env)
         return cls(model_config, None if env.pixels else env.num_observations,
                    grid_size_of(config, env))
 

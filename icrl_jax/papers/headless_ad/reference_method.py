@@ -31,9 +31,7 @@ from icrl_jax.core.errors import UserError
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.models.heads import mask_logits
 from icrl_jax.papers.headless_ad import reference_layout as RL
-from icrl_jax.papers.headless_ad.method import HeadlessAD, embed_actions
-
-LAYOUTS = ("ours", "reference")
+from icrl_jax.papers.headless_ad.method import LAYOUTS, HeadlessAD, embed_actions
 
 
 def check_reference_config(model_config, env) -> None:
@@ -149,3 +147,6 @@ class ReferenceHeadlessAD(HeadlessAD):
         raise NotImplementedError("model.layout='reference' recomputes the window (no cache)")
 
     decode_logits = decode_init
+
+
+LAYOUTS["reference"] = ReferenceHeadlessAD
