@@ -78,7 +78,9 @@ class GPTDecisionTransformer(DecisionTransformer):
                                 "directory>")
             self.trainable = frozen_attention_labels
         if self.pretrained:
-            stack, stack_params = cached_pretrained(self.pretrained)  # GPT-2 or CLIP text
+            # GPT-2, CLIP text or Llama; only the first k blocks with model.pretrained_layers=k
+            stack, stack_params = cached_pretrained(self.pretrained,
+                                                    int(model_config.get("pretrained_layers") or 0))
             check_backbone_fits(stack, int(model_config.d_model), self.backbone, self.pretrained)
             self.lm_params = stack_params  # the LM's block stack, in our Transformer layout
             self.markov = markov_mask(stack_params)
@@ -92,6 +94,8 @@ class GPTDecisionTransformer(DecisionTransformer):
         signature = super().signature(config, env)
         if config.model.pretrained:  # same shapes as a DT from scratch: say which init
             signature["pretrained"] = os.path.basename(os.path.normpath(config.model.pretrained))
+            if config.model.get("pretrained_layers"):
+                signature["pretrained_layers"] = int(config.model.pretrained_layers)
         return signature
 
     @classmethod
