@@ -26,6 +26,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import re
+import sys
 from types import ModuleType
 
 from icrl_jax.core.errors import UserError
@@ -77,6 +78,12 @@ def missing_extra(module: str, what: str, missing: str | None = None) -> Missing
 
 def require_extra(module: str, what: str) -> None:
     """`MissingExtraError` unless `module` is installed; looked up, not imported."""
+    # A package blocked in sys.modules (None) hides its submodules even when they were imported
+    # before, which find_spec of the dotted name alone would not see.
+    parts = module.split(".")
+    for i in range(1, len(parts)):
+        if ".".join(parts[:i]) in sys.modules and sys.modules[".".join(parts[:i])] is None:
+            raise missing_extra(module, what, ".".join(parts[:i]))
     try:
         found = importlib.util.find_spec(module) is not None
     except ModuleNotFoundError as e:  # a dotted name whose parent package is missing
