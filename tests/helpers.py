@@ -36,3 +36,17 @@ def assert_user_error(out, *fragments):
     assert len(lines) == 1 and lines[0].startswith("icrl-jax: "), out.stderr[-3000:]
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+def fixture_config(directory):
+    """The `config.json` a fixture script wrote beside its weights and outputs."""
+    import json
+    with open(os.path.join(directory, "config.json")) as f:
+        return json.load(f)
+
+
+def fixture_outputs(directory):
+    """A fixture's `outputs.safetensors` as JAX arrays."""
+    import jax.numpy as jnp
+    from safetensors.numpy import load_file
+    return {k: jnp.asarray(v) for k, v in load_file(os.path.join(directory, "outputs.safetensors")).items()}

@@ -20,18 +20,10 @@ from icrl_jax.papers.headless_ad import reference_layout as RL
 from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
 from icrl_jax.papers.headless_ad.reference_method import ReferenceHeadlessAD
 
+from helpers import fixture_config, fixture_outputs
+
 ATOL = 1e-4
 HEADLESS = os.path.join(os.path.dirname(__file__), "fixtures", "headless_ad_tiny")
-
-
-def _config(directory):
-    with open(os.path.join(directory, "config.json")) as f:
-        return json.load(f)
-
-
-def _outputs(directory):
-    return {k: jnp.asarray(v) for k, v in load_file(os.path.join(directory,
-                                                                 "outputs.safetensors")).items()}
 
 
 def model_config(**overrides):
@@ -52,7 +44,7 @@ def build(config, env=None):
 
 
 def fixture_method():
-    cfg = _config(HEADLESS)
+    cfg = fixture_config(HEADLESS)
     config = model_config(d_model=cfg["n_embd"], num_layers=cfg["n_layer"],
                           num_heads=cfg["n_head"], mlp_hidden=cfg["intermediate_size"],
                           action_embed_dim=cfg["token_embed_dim"], tau=cfg["tau"])
@@ -89,7 +81,7 @@ def test_reference_layout_builds_the_reference_method():
 def test_reference_method_predicts_loss_and_policy_as_the_authors():
     """Their outputs at the reward tokens, their InfoNCE loss (on `pred[:, :-1]`) and their
     policy, from our windows through the method's own predict / loss / context_logits."""
-    out = _outputs(HEADLESS)
+    out = fixture_outputs(HEADLESS)
     method = fixture_method()
     params = fixture_params(method, out)
     steps = out["actions"].shape[1]
@@ -115,7 +107,7 @@ def test_reference_init_draws_their_scales():
     SwiGLU output at 1 / (sqrt(hidden) n_layer)."""
     d, layers, e = 128, 2, 64
     method = build(model_config(d_model=d, num_layers=layers, num_heads=4, action_embed_dim=e))
-    window = fixture_window(_outputs(HEADLESS), 6)
+    window = fixture_window(fixture_outputs(HEADLESS), 6)
     window = window.replace(action_mask=jnp.ones((3, 4), bool))
     params = method.init(jax.random.PRNGKey(0), window)
     block = params["backbone"]["block_0"]

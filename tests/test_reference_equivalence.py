@@ -12,7 +12,6 @@ made with that code (no torch here: the fixtures are safetensors files).
   LayerNorm epsilon, `model.embed_norm_epsilon=1e-5`, for the token norm too).
 """
 
-import json
 import os
 
 import jax
@@ -27,23 +26,15 @@ from icrl_jax.papers.headless_ad import reference_layout as ref
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 HEADLESS = os.path.join(FIXTURES, "headless_ad_tiny")
 CORL_DT = os.path.join(FIXTURES, "corl_dt_tiny")
+from helpers import fixture_config, fixture_outputs
+
 ATOL = 1e-4
-
-
-def _config(directory):
-    with open(os.path.join(directory, "config.json")) as f:
-        return json.load(f)
-
-
-def _outputs(directory):
-    return {k: jnp.asarray(v) for k, v in load_file(os.path.join(directory,
-                                                                 "outputs.safetensors")).items()}
 
 
 # ---------------------------------------------------------------- Headless-AD and AD (bandits)
 
 def _bandit_model(head: str, prompt: bool = True, rotary_table_dtype: str = "bfloat16"):
-    cfg = _config(HEADLESS)
+    cfg = fixture_config(HEADLESS)
     backbone = ref.reference_backbone(cfg["n_layer"], cfg["n_head"], cfg["intermediate_size"],
                                       rotary_table_dtype=rotary_table_dtype)
     return ref.ReferenceBanditModel(head, cfg["n_embd"], cfg["token_embed_dim"], backbone,
@@ -64,8 +55,8 @@ def _bandit_params(model, out, weights=None):
 
 
 def test_headless_ad_predictions_and_loss_equal_the_authors():
-    out = _outputs(HEADLESS)
-    cfg = _config(HEADLESS)
+    out = fixture_outputs(HEADLESS)
+    cfg = fixture_config(HEADLESS)
     model = _bandit_model("headless")
     params = _bandit_params(model, out)
     pred = model.apply({"params": params}, *_bandit_inputs("headless", out))
@@ -84,7 +75,7 @@ def test_headless_ad_predictions_and_loss_equal_the_authors():
 
 def test_headless_ad_without_prompt_equals_the_authors():
     """Their `use_action_set_prompt=False` ablation, same weights."""
-    out = _outputs(HEADLESS)
+    out = fixture_outputs(HEADLESS)
     model = _bandit_model("headless", prompt=False)
     params = _bandit_params(model, out)
     pred = model.apply({"params": params}, out["action_embeddings"], out["rewards"])
@@ -92,8 +83,8 @@ def test_headless_ad_without_prompt_equals_the_authors():
 
 
 def test_ad_logits_and_loss_equal_the_authors():
-    out = _outputs(HEADLESS)
-    cfg = _config(HEADLESS)
+    out = fixture_outputs(HEADLESS)
+    cfg = fixture_config(HEADLESS)
     model = _bandit_model("ad")
     params = _bandit_params(model, out)
     logits = model.apply({"params": params}, *_bandit_inputs("ad", out))
@@ -105,7 +96,7 @@ def test_ad_logits_and_loss_equal_the_authors():
 def test_window_inputs_align_with_their_training_targets():
     """A window of our layout (previous actions and rewards per step) gives, through
     `window_inputs`, the predictions their training scores against the window's actions."""
-    out = _outputs(HEADLESS)
+    out = fixture_outputs(HEADLESS)
     model = _bandit_model("headless")
     params = _bandit_params(model, out)
     actions, rewards = np.asarray(out["actions"]), np.asarray(out["rewards"])
@@ -123,14 +114,14 @@ def test_window_inputs_align_with_their_training_targets():
 def test_their_bfloat16_rotary_tables_matter():
     """Their RoPE cache is bfloat16 (`Transformer.rotary_table_dtype`): exact float32 tables
     move the outputs by more than the tolerance, so the option is what makes them equal."""
-    out = _outputs(HEADLESS)
+    out = fixture_outputs(HEADLESS)
     model = _bandit_model("headless", rotary_table_dtype="float32")
     pred = model.apply({"params": _bandit_params(model, out)}, *_bandit_inputs("headless", out))
     assert np.abs(np.asarray(pred) - np.asarray(out["headless_pred"])).max() > 10 * ATOL
 
 
 def test_bandit_weights_of_another_shape_name_the_parameter():
-    out = _outputs(HEADLESS)
+    out = fixture_outputs(HEADLESS)
     model = _bandit_model("headless")
     weights = dict(load_file(os.path.join(HEADLESS, "headless.safetensors")))
     good = dict(weights)
@@ -160,7 +151,7 @@ def corl_dt_model(embed_norm_epsilon: float = 1e-5):
     with PyTorch's LayerNorm epsilon and exact GELU, no position encoding besides the timestep
     table (CORL's `episode_len + seq_len` rows), continuous actions."""
     from icrl_jax.methods.dt import DTModel
-    cfg = _config(CORL_DT)
+    cfg = fixture_config(CORL_DT)
     backbone = Transformer(num_layers=cfg["num_layers"], num_heads=cfg["num_heads"], mlp_ratio=4,
                            pre_norm=True, position="none", norm_epsilon=1e-5,
                            activation="gelu_exact", causal=True)
@@ -244,7 +235,7 @@ def _corl_inputs(out):
 
 
 def _corl_predictions(embed_norm_epsilon: float = 1e-5):
-    out = _outputs(CORL_DT)
+    out = fixture_outputs(CORL_DT)
     model = corl_dt_model(embed_norm_epsilon)
     inputs = _corl_inputs(out)
     params = corl_dt_params(model, load_file(os.path.join(CORL_DT, "model.safetensors")), inputs)
@@ -266,7 +257,7 @@ def test_corl_dt_needs_pytorchs_layernorm_epsilon():
 
 
 def test_corl_dt_weights_of_another_shape_name_the_parameter():
-    out = _outputs(CORL_DT)
+    out = fixture_outputs(CORL_DT)
     model = corl_dt_model()
     weights = dict(load_file(os.path.join(CORL_DT, "model.safetensors")))
     weights["blocks.1.mlp.0.weight"] = np.zeros((64, 32), np.float32)
