@@ -149,6 +149,42 @@ def test_windows_are_left_padded_and_end_at_real_steps():
         assert np.all(np.diff(steps[first:]) == 1)
 
 
+def test_windows_end_uniformly_over_the_real_steps_of_ragged_episodes():
+    """Episodes of 1, 3 and 6 real steps, right-padded to 6 then left-padded for K = 4: every
+    window ends at a real step (none in the right padding), each of the 10 real steps is the end
+    equally often (so episodes are drawn 1 : 3 : 6), and a window holds min(t + 1, K) real steps."""
+    lengths, k = np.array([1, 3, 6]), 4
+    mask = np.arange(6)[None] < lengths[:, None]
+    rewards = jnp.asarray(mask, jnp.float32)
+    traj = Trajectories(observations=jnp.asarray(np.arange(3)[:, None, None] * np.ones((3, 6, 1)), jnp.float32),
+                        actions=jnp.zeros((3, 6, 1), jnp.int32), rewards=rewards,
+                        returns_to_go=returns_to_go(rewards),
+                        timesteps=jnp.broadcast_to(jnp.arange(6, dtype=jnp.int32), (3, 6)), mask=jnp.asarray(mask))
+    windows = jax.jit(sample_trajectory_windows, static_argnums=(2, 3))(pad_for_windows(traj, k),
+                                                                        jax.random.key(0), 10_000, k)
+    assert np.asarray(windows.mask[:, -1]).all()
+    episode = np.asarray(windows.observations[:, -1, 0]).astype(int)
+    end = np.asarray(windows.timesteps[:, -1])
+    assert np.all(end < lengths[episode])
+    counts = np.zeros((3, 6))
+    np.add.at(counts, (episode, end), 1)
+    np.testing.assert_allclose(counts[mask] / 10_000, 0.1, atol=0.015)
+    np.testing.assert_array_equal(np.asarray(windows.mask).sum(1), np.minimum(end + 1, k))
+
+
+def test_unpadded_windows_are_whole_and_skip_too_short_episodes():
+    """Without padding a window ends at a real step at position >= K - 1: whole real steps, and
+    an episode shorter than K is never drawn."""
+    mask = np.arange(5)[None] < np.array([[2], [5]])
+    rewards = jnp.asarray(mask, jnp.float32)
+    traj = Trajectories(observations=jnp.asarray([[[0.0]] * 5, [[1.0]] * 5]), actions=jnp.zeros((2, 5, 1), jnp.int32),
+                        rewards=rewards, returns_to_go=returns_to_go(rewards),
+                        timesteps=jnp.broadcast_to(jnp.arange(5, dtype=jnp.int32), (2, 5)), mask=jnp.asarray(mask))
+    windows = sample_trajectory_windows(traj, jax.random.key(1), 600, 3)
+    assert np.asarray(windows.mask).all() and np.all(np.asarray(windows.observations) == 1.0)
+    np.testing.assert_array_equal(np.unique(np.asarray(windows.timesteps[:, 0])), [0, 1, 2])
+
+
 def test_button_room_dataset_and_rollout_shapes():
     env = envs.make("button_room", size=3, episode_length=6)
     params = env.task_params(jnp.arange(4))

@@ -2,9 +2,10 @@
 
 Datasets are generated like every other dataset in the project (`generate_histories`: vmap over
 tasks, scan over steps) and then cut into fixed-length episodes. A training window is K
-consecutive steps of one episode ending at a uniformly chosen step; windows that start before the
-episode are left-padded with masked steps, exactly like the sliding context of an evaluation
-rollout, so a step sits at the same token positions in training and at test time.
+consecutive steps of one episode ending at a real step, drawn uniformly over all real steps of all
+episodes (so an episode in proportion to its length); windows that start before the episode are
+left-padded with masked steps, exactly like the sliding context of an evaluation rollout, so a
+step sits at the same token positions in training and at test time.
 """
 
 from __future__ import annotations
@@ -96,18 +97,34 @@ def pad_for_windows(data: Trajectories, window: int) -> Trajectories:
 
 def sample_trajectory_windows(data: Trajectories, key: jax.Array, batch_size: int,
                               window: int) -> Trajectories:
-    """`batch_size` windows of `window` steps from `pad_for_windows` data, on device.
+    """`batch_size` windows of `window` steps whose last step is real, on device.
 
-    Episode and end step are uniform; a window ending at step t holds steps t-K+1..t, the ones
-    before the episode start being masked padding. Returns `Trajectories` with `(B, K, ...)`.
-    On unpadded episodes (of at least `window` steps) the windows are whole real steps.
+    Args:
+      data: `Trajectories` `(N, L, ...)` whose real steps (`mask`) are one contiguous run per
+        row: `pad_for_windows` episodes (left padding, then right padding for episodes shorter
+        than the longest) or whole unpadded episodes; at least one row must hold a window that
+        ends at a real step.
+    Returns:
+      `Trajectories` `(B, window, ...)`.
+
+    A window is identified by its real end step; the end is uniform over all such steps of all
+    rows, so a row is drawn in proportion to its number of them (its length, on padded data)
+    and every logged step is the last target equally often. On padded data a window ending at
+    step t holds steps t-K+1..t, the ones before the episode start being masked padding; on
+    unpadded episodes the windows are whole real steps. Right padding is never a window's end.
     """
     num_episodes, padded = data.rewards.shape
     if padded < window:
         raise ValueError(f"episodes of {padded} steps cannot supply windows of {window} steps")
-    key_episode, key_start = jax.random.split(key)
-    rows = jax.random.randint(key_episode, (batch_size,), 0, num_episodes)
-    starts = jax.random.randint(key_start, (batch_size,), 0, padded - window + 1)
+    # Start s of a row is valid when position s + window - 1 is real; valid starts are contiguous.
+    ends_real = data.mask[:, window - 1:]
+    counts = ends_real.sum(1).astype(jnp.int32)
+    first = jnp.argmax(ends_real, 1).astype(jnp.int32)
+    # One uniform draw over all valid (row, start) pairs: a cumulative sum over rows, not steps.
+    cumulative = jnp.cumsum(counts)
+    picks = jax.random.randint(key, (batch_size,), 0, cumulative[-1])
+    rows = jnp.searchsorted(cumulative, picks, side="right").astype(jnp.int32)
+    starts = first[rows] + picks - (cumulative[rows] - counts[rows])
 
     def window_of(row, start):
         return jax.tree.map(lambda x: window_at(x, row, start, window), data)
