@@ -181,6 +181,9 @@ def test_prompt_mask_structure():
         [1, 1, 0, 1, 0],
         [1, 1, 0, 1, 1]], bool)
     np.testing.assert_array_equal(mask, expected)
+    causal = np.asarray(prompt_attention_mask(jnp.array([[True, True, False]]), 2, True))[0, 0]
+    expected[0, 1] = False  # an ordered prompt: p0 no longer sees p1
+    np.testing.assert_array_equal(causal, expected)
 
 
 def repeat_task_history(n=64, t=48, seed=0) -> History:
@@ -283,6 +286,7 @@ def test_report_reuses_an_evaluation_only_at_the_configured_step(tmp_path):
 
 @pytest.mark.parametrize("prompt,position,gated,ngrams", [
     (True, "rotary", False, {}), (False, "learned", True, {}),
+    (True, "rotary", False, dict(prompt_order="causal")),
     (True, "learned", False, dict(ngram_positions=(0, 1), ngram_max=2)),
     (False, "rotary", False, dict(ngram_positions=(1,), ngram_latest=True))])
 def test_cached_decoding_equals_the_full_forward_pass(prompt, position, gated, ngrams):

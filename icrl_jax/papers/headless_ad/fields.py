@@ -11,6 +11,8 @@ def default_headless_config() -> dict:
     """Headless-AD fields to add to a `model` config (values: the paper's Bernoulli bandit)."""
     return dict(action_embed_dim=64, tau=1.34, loss="infonce", prompt=True,
                 embeddings="orthonormal", eval_embedding_seed=0, reward_gated_actions=False,
+                # "set": the prompt is order-free; "causal": ordered (the authors' causal prompt)
+                prompt_order="set",
                 # "reference": the authors' bandit model (reference_method.py)
                 layout="ours")
 
@@ -29,4 +31,5 @@ HEADLESS_CONSTRAINTS = V.declare("headless_ad", (
     V.choice("model.embeddings", ("orthonormal", "normal")),
     V.integer("model.eval_embedding_seed", 0), V.boolean("model.reward_gated_actions"),
     V.choice("model.layout", ("ours", "reference")),
+    V.choice("model.prompt_order", ("set", "causal")),
 ))

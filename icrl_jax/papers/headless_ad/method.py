@@ -90,11 +90,13 @@ def embed_actions(actions: jax.Array, action_embeddings: jax.Array) -> jax.Array
                      0.0)
 
 
-def prompt_attention_mask(action_mask: jax.Array, length: int) -> jax.Array:
+def prompt_attention_mask(action_mask: jax.Array, length: int, causal_prompt: bool = False) -> jax.Array:
     """Attention mask for `[prompt (A tokens), steps (L tokens)]`, bool `(B, 1, A+L, A+L)`.
 
-    Prompt tokens attend to every available prompt token (a set: no order); step tokens attend to
-    every available prompt token and causally to steps. Nothing attends to padded actions.
+    Prompt tokens attend to every available prompt token (a set: no order), or with
+    `causal_prompt` to the available ones up to themselves (an ordered prompt, as in the
+    authors' causal sequence); step tokens attend to every available prompt token and causally
+    to steps. Nothing attends to padded actions.
     """
     batch, num_actions = action_mask.shape
     total = num_actions + length
@@ -102,7 +104,9 @@ def prompt_attention_mask(action_mask: jax.Array, length: int) -> jax.Array:
     query_is_prompt = key_is_prompt[:, None]
     causal_steps = jnp.tril(jnp.ones((total, total), bool), k=0) & ~key_is_prompt[None, :]
     allowed_keys_of_steps = key_is_prompt[None, :] | causal_steps  # (T, T)
-    structure = jnp.where(query_is_prompt, key_is_prompt[None, :], allowed_keys_of_steps)
+    prompt_keys = key_is_prompt[None, :] & (jnp.tril(jnp.ones((total, total), bool)) if causal_prompt
+                                            else True)
+    structure = jnp.where(query_is_prompt, prompt_keys, allowed_keys_of_steps)
     available = jnp.concatenate([action_mask, jnp.ones((batch, length), bool)], axis=1)
     return structure[None, None] & available[:, None, None, :]
 
@@ -133,6 +137,8 @@ class HeadlessADModel(nn.Module):
     # Also feed r_{t-1} * e(a_{t-1}): a token-wise product that lets one attention head sum
     # rewards per action (a linear token map of [e(a), r] cannot); not in the paper.
     reward_gated_actions: bool = False
+    # "set": prompt tokens attend to one another (order-free); "causal": each to those before it.
+    prompt_order: str = "set"
 
     def _action_inputs(self, prev_actions, prev_rewards, action_embeddings):
         """Previous-action inputs of the step tokens, `(B, L, E)` or `(B, L, 2E)`."""
@@ -176,7 +182,8 @@ class HeadlessADModel(nn.Module):
             prompt = jnp.broadcast_to(prompt[None], (batch,) + prompt.shape)
             hidden = self.backbone(
                 jnp.concatenate([prompt, tokens], axis=1), deterministic=deterministic,
-                attention_mask=prompt_attention_mask(action_mask, length),
+                attention_mask=prompt_attention_mask(action_mask, length,
+                                                     self.prompt_order == "causal"),
                 causal_from=num_actions,
                 positions=jnp.concatenate([jnp.zeros(num_actions, jnp.int32),
                                            jnp.arange(length, dtype=jnp.int32)]),
@@ -195,13 +202,15 @@ class HeadlessADModel(nn.Module):
         slot = jnp.arange(slots)
         prompt_keys = (slot[None, :] < num_prompt) & jnp.pad(
             action_mask, ((0, 0), (0, slots - action_mask.shape[1])))[:, :slots]
-        if step_index is None:  # write the prompt: a set attending to itself
+        if step_index is None:  # write the prompt: a set (or ordered prompt) attending to itself
             if not self.prompt:
                 return cache
             prompt = nn.Dense(self.d_model, name="prompt")(action_embeddings)
             prompt = jnp.broadcast_to(prompt[None], (action_mask.shape[0],) + prompt.shape)
             mask = jnp.broadcast_to(prompt_keys[:, None, None, :],
                                     (action_mask.shape[0], 1, num_prompt, slots))
+            if self.prompt_order == "causal":
+                mask = mask & (slot[None, :] <= jnp.arange(num_prompt)[:, None])
             _, cache = self.backbone(prompt, attention_mask=mask, cache=cache,
                                      cache_index=jnp.int32(0),
                                      positions=jnp.zeros(num_prompt, jnp.int32),
@@ -289,7 +298,8 @@ class HeadlessAD(InContextMethod):
         self.model = HeadlessADModel(num_observations, model_config.d_model, self.embed_dim,
                                      bool(model_config.prompt),
                                      Transformer.from_config(model_config), grid_size,
-                                     bool(model_config.get("reward_gated_actions", False)))
+                                     bool(model_config.get("reward_gated_actions", False)),
+                                     str(model_config.get("prompt_order", "set")))
 
     @property
     def decode_window(self) -> int:
