@@ -3,8 +3,8 @@
     python benchmarks/matched_dt/summarise.py runs/matched_dt
 
 Reads `<data>/ours/seed_<s>/eval.json` (and `<data>/ours_real_ends/...`,
-`<data>/ours_corl_init/...`, the diagnostics of ours_real_ends.py and ours_corl_init.py, where
-all their seeds ran), `<data>/corl/seed_<s>.json` and `<data>/timings.json`
+`<data>/ours_corl_init/...`, the diagnostics of the former ours_real_ends.py, whose sampler is now
+the default, and of ours_corl_init.py, where all their seeds ran), `<data>/corl/seed_<s>.json` and `<data>/timings.json`
 (run_both.py's). Per seed and side, over the 20 held-out episodes:
 the fraction that reached the goal, the mean episode length (a failed episode counts its 300
 steps), and the mean return of the episodes that reached the goal (our `first_episode_return`:
@@ -54,8 +54,9 @@ def main(data: str) -> None:
         if all(os.path.exists(os.path.join(v, "eval.json")) for v in variant):
             rows[name] = [ours_seed(v) for v in variant]
     rows["corl"] = [corl_seed(os.path.join(data, "corl", f"seed_{s}.json")) for s in seeds]
-    labels = {"ours": "ours (JAX)", "ours_real_ends": "ours, windows ending at real steps",
-              "ours_corl_init": "ours, CORL's initialisation",
+    labels = {"ours": "ours (JAX)",
+              "ours_real_ends": "ours, windows ending at real steps (the old diagnostic; now the default)",
+              "ours_corl_init": "ours, CORL's initialisation (measured with the old sampler)",
               "corl": "CORL's dt.py (torch)"}
     path = os.path.join(data, "timings.json")
     timings = json.load(open(path)) if os.path.exists(path) else {}
