@@ -21,6 +21,14 @@ unlimited, like the bandits': ids 0..N-1 are N independent trajectories' layouts
 
 Observation: the cell id pair as one int id `agent * 16 + key_pos` (256 ids), where key_pos is
 the agent's cell once the key is held (the paper's two one-hot 16-vectors, `split_state`).
+Expert scoring (`subgoal_progress`, `expert_walls`): "authors" (the Uni[MASK] experiment's
+default) is the authors' noisy-rational agent, which scores a move by the Manhattan distance to its sub-goal after
+clipping the position to [0, 4] in x and y and treating only the internal walls as obstacles:
+a move into the left or top outer wall (to x = 0 or y = 0) counts as moving there, one into the
+right or bottom one (clipped back to 4) scores 0, and the door is passable even while the key
+is still on the floor. "blocked_zero" (the env's default) scores every move that leaves the agent
+in place 0 (the paper's text: the distance does not change).
+
 Reward: the decrease of the distance to the goal along the path through the door (the authors'
 `DISTS_TO_GOAL`), in {-1, 0, 1}. Reaching the goal ends the episode (`terminate_at_goal`); the
 authors' datasets are instead fixed 10-step rollouts that go on past the goal
@@ -35,6 +43,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from icrl_jax.core.errors import UserError
 from icrl_jax.envs.core import ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids
 
@@ -45,6 +54,8 @@ _DELTAS = np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], np.int32)  # (dx, dy) per
 WALLS = ((3, 2), (3, 3), (3, 4))
 DOOR = (3, 1)
 GOAL = (4, 4)
+#: The expert's scoring of blocked moves (`DoorKey.expert_walls`).
+EXPERT_WALLS = ("authors", "blocked_zero")
 LEFT_CELLS = tuple((x, y) for x in (1, 2) for y in range(1, SIDE + 1))
 
 
@@ -135,6 +146,8 @@ class DoorKey(ICRLEnv):
     Args:
       episode_length: time limit (the authors' trajectories: 10 steps).
       terminate_at_goal: end the episode on the goal (False: the authors' data protocol).
+      expert_walls: how the expert scores moves into walls and the door ("authors" or
+        "blocked_zero"; see the module docstring).
     """
 
     num_actions = len(ACTIONS)
@@ -142,10 +155,15 @@ class DoorKey(ICRLEnv):
     observation_shape = ()
     grid_size = None  # ids are (agent, key) pairs, not grid cells
 
-    def __init__(self, episode_length: int = 10, terminate_at_goal: bool = True):
+    def __init__(self, episode_length: int = 10, terminate_at_goal: bool = True,
+                 expert_walls: str = "blocked_zero"):
         super().__init__()
         if episode_length < 1:
             raise ValueError(f"episode_length must be >= 1, got {episode_length}")
+        if expert_walls not in EXPERT_WALLS:
+            raise UserError(f"env.kwargs.expert_walls must be one of {EXPERT_WALLS}, "
+                            f"got {expert_walls!r}")
+        self.expert_walls = expert_walls
         self.episode_length = int(episode_length)
         self.terminate_at_goal = bool(terminate_at_goal)
 
@@ -216,18 +234,25 @@ class DoorKey(ICRLEnv):
     def subgoal_progress(self, state, params) -> jax.Array:
         """Per action, int32 `(4,)`: +1 if it brings the agent closer (Manhattan) to its current
         sub-goal, -1 if further, 0 otherwise; the sub-goal is the key, then the door while it is
-        shut, then the goal (the authors' expert, `StochGoalAgent`). A blocked move scores 0 (the
-        paper's rule: the distance does not change; the authors' code scores a move into the
-        outer wall as if it had left the grid)."""
+        shut, then the goal (the authors' expert, `StochGoalAgent`). Blocked moves are scored as
+        `expert_walls` says (module docstring)."""
         held = state.agent == state.key_pos
         target = jnp.where(~held, state.key_pos,
                            jnp.where(state.door_open, cell_of(*GOAL), cell_of(*DOOR)))
-        ends = jax.vmap(lambda a: move(state.agent, state.key_pos, a)[0])(jnp.arange(4))
-
-        def manhattan(a, b):
-            return jnp.abs(a // SIDE - b // SIDE) + jnp.abs(a % SIDE - b % SIDE)
-
-        return jnp.sign(manhattan(state.agent, target) - manhattan(ends, target)).astype(jnp.int32)
+        tx, ty = target // SIDE + 1, target % SIDE + 1
+        x, y = state.agent // SIDE + 1, state.agent % SIDE + 1
+        deltas = jnp.asarray(_DELTAS)
+        if self.expert_walls == "blocked_zero":
+            ends = jax.vmap(lambda a: move(state.agent, state.key_pos, a)[0])(jnp.arange(4))
+            ex, ey = ends // SIDE + 1, ends % SIDE + 1
+        else:  # the authors' agent: clip to [0, SIDE], only the internal walls stop it
+            ex = jnp.clip(x + deltas[:, 0], 0, SIDE)
+            ey = jnp.clip(y + deltas[:, 1], 0, SIDE)
+            walls = jnp.asarray(WALLS)
+            blocked = ((ex[:, None] == walls[None, :, 0]) & (ey[:, None] == walls[None, :, 1])).any(1)
+            ex, ey = jnp.where(blocked, x, ex), jnp.where(blocked, y, ey)
+        before = jnp.abs(x - tx) + jnp.abs(y - ty)
+        return jnp.sign(before - (jnp.abs(ex - tx) + jnp.abs(ey - ty))).astype(jnp.int32)
 
     def observation_space(self, params=None):
         return spaces.Discrete(self.num_observations)

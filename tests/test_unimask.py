@@ -211,33 +211,75 @@ TABLE_2 = {
 }
 
 
+#: The authors' budgets (their scripts/minigrid_repro.sh) at 500 trajectories: epochs per regime.
+EPOCHS_500 = {"random": 10000, "all": 10000, "future_inference": 2000, "past_inference": 2000,
+              "behaviour_cloning": 1500, "reward_conditioned": 1500, "forward_dynamics": 1500,
+              "inverse_dynamics": 1500, "goal_conditioned": 3000, "waypoint_conditioned": 3000}
+
+
 def test_paper_scale_default_is_the_papers_setting():
     config = get_config()
     assert config.data.num_train_tasks == 500 and config.grid.num_seeds == 6
-    assert config.train.learning_rate == 1e-4 and config.grid.finetune_learning_rate == 1e-5
+    assert config.train.learning_rate == 1e-4 and config.grid.finetune
+    assert (config.train.weight_decay, config.train.grad_clip) == (1e-4, 0.5)  # their AdamW
     assert all(config.model[d] == 0.1 for d in ("embedding_dropout", "residual_dropout",
                                                 "attention_dropout"))
-    assert config.grid.epochs == 6000 and config.grid.finetune
+    assert config.env.kwargs.expert_walls == "authors" and config.model.all_per == "batch"
+    assert (config.model.positions, config.model.mask_flags, config.model.rtg_encoding,
+            config.model.input_embedding, config.model.pre_norm) == (
+        "sinusoidal", False, "onehot", "relu_scaled", False)
+    assert config.data.num_test_tasks == 1000 and config.grid.validation_first_task == 1000
     trained = {}
     for _, cfg, regimes in masking_grid._group_configs(config):
         for regime in regimes:
             batch, embed, width, layers, heads, state_weight = TABLE_2[regime]
             assert (cfg.train.batch_size, cfg.model.d_model, cfg.model.num_layers,
                     cfg.model.num_heads) == (batch, embed, layers, heads), regime
-            # Our feed-forward is an integer multiple of the embedding (future inference's 32
-            # under 128 becomes 128, a documented deviation).
-            assert cfg.model.d_model * cfg.model.mlp_ratio == max(width, embed), regime
+            assert cfg.model.mlp_hidden == width, regime  # future inference: 32 under 128
             assert config.grid.overrides[regime]["model"]["state_weight"] == state_weight
-            assert cfg.train.num_steps == -(-6000 * 500 // batch)  # 6000 epochs
+            # Their epoch: 500 // batch batches; validation every 10 epochs.
+            assert cfg.train.num_steps == EPOCHS_500[regime] * (500 // batch), regime
+            assert cfg.grid.eval_every == 10 * (500 // batch), regime
             trained[regime] = cfg
     assert set(trained) == set(TABLE_2)
+    assert trained["random"].train.num_steps == 50_000
+    # Early stopping of ALL / random: the six non-dynamics tasks.
+    assert masking_grid.watched_tasks("random", config.grid.stop_on) == [True] * 6 + [False] * 2
+    # Fine-tuning: from random-mask seed 0, their per-task epochs, rates and batch sizes.
+    assert config.grid.finetune_from == "seed0"
+    budget = {t: (cfg.train.num_steps, b[t]["learning_rate"], cfg.train.batch_size)
+              for _, cfg, tasks, b in masking_grid._finetune_groups(config) for t in tasks}
+    assert budget["behaviour_cloning"] == (10000 * 2, 5e-6, 250)
+    assert budget["reward_conditioned"] == (500 * 10, 5e-6, 50)
+    assert budget["inverse_dynamics"] == (1500 * 10, 1e-5, 50)
+    assert budget["past_inference"] == (500 * 2, 5e-6, 250)
+    # The budgets follow the data size: at 50 trajectories an epoch is one batch.
+    small = get_config("paper_n50")
+    steps = {r: cfg.train.num_steps for _, cfg, rs in masking_grid._group_configs(small) for r in rs}
+    assert steps["random"] == 100_000 and steps["behaviour_cloning"] == 15_000
     mlp = masking_grid._mlp_config(config)  # Table 2's MLPs: 3 hidden layers of 128
     assert (mlp.model.backbone, mlp.model.mlp_layers, mlp.model.mlp_width,
             mlp.model.state_weight) == ("mlp", 3, 128, 0.5)
-    assert mlp.train.num_steps == 6000 * 500 // mlp.train.batch_size
+    assert mlp.train.num_steps == 10000 * (500 // mlp.train.batch_size)
     dt = config.grid.dt_overrides  # Table 2's DT: batch 250, embedding 32, width 128, 3 x 8
     assert (dt.train.batch_size, dt.model.d_model, dt.model.d_model * dt.model.mlp_ratio,
             dt.model.num_layers, dt.model.num_heads) == (250, 32, 128, 3, 8)
+
+
+def test_appendix_comparison_and_best_normalised_heatmap():
+    paper = masking_grid.APPENDIX_RAW[500]
+    mean = {r: [v * 1.1 for v in vals] for r, vals in paper.items()}  # ours 10% above
+    mean["random"] = [v * 1.3 for v in paper["random"]]
+    sem = {r: [0.01] * 8 for r in mean}
+    text = masking_grid.appendix_comparison(mean, sem, 500, 3)
+    # 11 rows x 8 columns, less the 4 x 4 untrained-head cells; random's 8 are off by 30%.
+    assert "Cells within 15% of the appendix: 64 of 72 compared" in text
+    bc = next(line for line in text.splitlines() if line.startswith("| behaviour_cloning"))
+    assert bc.split(" | ")[5] == "7.25 / 7.98 ± 0.01 / 1.10 *u*"  # past inference, marked
+    best = masking_grid.best_normalised({"a": [1.0, 4.0], "b": [2.0, 2.0]})
+    assert best == {"a": [1.0, 2.0], "b": [2.0, 1.0]}
+    with pytest.raises(UserError, match="50, 500 and 1000"):
+        masking_grid.appendix_comparison(mean, sem, 200, 3)
 
 
 def test_data_size_report_from_three_grids(tmp_path):
@@ -274,3 +316,65 @@ def test_data_size_report_from_three_grids(tmp_path):
         masking_grid.data_size_report([str(tmp_path / "n50"), str(tmp_path / "n50")], str(out))
     with pytest.raises(UserError, match="no heatmap.json"):
         masking_grid.data_size_report([str(tmp_path / "n50"), str(tmp_path)], str(out))
+
+
+def test_expert_wall_rules_by_hand():
+    from icrl_jax.data.sources.noisy_rational import noisy_rational_probs
+
+    def progress(rule, agent, key, door_open=False):
+        env = DoorKey(expert_walls=rule)
+        params = env.layout_params(cell_of(*agent), cell_of(*key))
+        _, state = env.reset_env(jax.random.key(0), params)
+        return np.asarray(env.subgoal_progress(state.replace(door_open=jnp.bool_(door_open)),
+                                               params))
+
+    # Corner (1, 1), key at (2, 2) (actions right, down, left, up): the authors' agent scores
+    # left (to x = 0) and up (to y = 0) as moving away; the paper's text scores them 0.
+    np.testing.assert_array_equal(progress("authors", (1, 1), (2, 2)), [1, 1, -1, -1])
+    np.testing.assert_array_equal(progress("blocked_zero", (1, 1), (2, 2)), [1, 1, 0, 0])
+    # Entropies at beta = 1: 2 (e ln(...) ...) by hand, 1.0585 and 1.2754 nats.
+    for rule, nats in (("authors", 1.0585), ("blocked_zero", 1.2754)):
+        p = np.asarray(noisy_rational_probs(jnp.asarray(progress(rule, (1, 1), (2, 2)))))
+        assert abs(-(p * np.log(p)).sum() - nats) < 1e-3
+    # Beside the locked door, heading for the key at (1, 2): the authors' agent walks "through"
+    # the door (away from the key), and up to y = 0 (away).
+    np.testing.assert_array_equal(progress("authors", (2, 1), (1, 2)), [-1, 1, 1, -1])
+    np.testing.assert_array_equal(progress("blocked_zero", (2, 1), (1, 2)), [0, 1, 1, 0])
+    # The right and bottom outer walls clip back to 4 and the internal wall stops: 0 in both.
+    for rule in ("authors", "blocked_zero"):
+        np.testing.assert_array_equal(progress(rule, (4, 4), (4, 4), door_open=True), [0, 0, 0, -1])
+    with pytest.raises(UserError, match="env.kwargs.expert_walls"):
+        DoorKey(expert_walls="clipped")
+
+
+def test_the_authors_architecture_options(doorkey_data, tmp_path):
+    env, history = doorkey_data
+    ours = small_config(tmp_path)
+    theirs = small_config(tmp_path, **{"model.positions": "sinusoidal", "model.mask_flags": False,
+                                       "model.rtg_encoding": "onehot",
+                                       "model.input_embedding": "relu_scaled",
+                                       "model.pre_norm": False})
+    snippets = jax.tree.map(lambda x: x[:4], UniMask(ours.model, env, K).snippets(
+        UniMask(ours.model, env, K).episodes(history, env)))
+    shapes = {}
+    for name, config in (("ours", ours), ("theirs", theirs)):
+        method = UniMask(config.model, env, K)
+        params = method.init(jax.random.key(0), snippets)
+        shapes[name] = params["embed"]["kernel"].shape[0]
+        has_learned = "position_embedding" in str(jax.tree_util.tree_structure(params))
+        assert has_learned == (name == "ours")
+        mask = jax.tree.map(lambda m: jnp.broadcast_to(m, (4,) + m.shape),
+                            TASKS["reward_conditioned"].mask(3, K))
+        state_out, action_out = method.apply(params, snippets, mask)
+        assert state_out.shape == (4, K, 32) and np.isfinite(np.asarray(action_out)).all()
+    # Token width: agent + key one-hots (32) + action (4) + return-to-go (ours: the (R, t0)
+    # pair and three visibility flags; theirs: 17 classes, no flags).
+    assert shapes == {"ours": 32 + 4 + 2 + 3, "theirs": 32 + 4 + 17}
+    _, _, rtg = UniMask(theirs.model, env, K).inputs(snippets)
+    np.testing.assert_array_equal(np.argmax(rtg, -1), np.asarray(snippets.returns_to_go[:, 0]) + 6)
+    from icrl_jax.papers.unimask.method import sinusoidal_positions
+    table = np.asarray(sinusoidal_positions(4, 6))
+    np.testing.assert_allclose(table[1, :2], [np.sin(1.0), np.cos(1.0)], rtol=1e-6)
+    np.testing.assert_allclose(table[2, 2:4], [np.sin(2 * 10000 ** (-2 / 6)),
+                                               np.cos(2 * 10000 ** (-2 / 6))], rtol=1e-5)
+

@@ -1,5 +1,8 @@
 """Uni[MASK] masking schemes: exactly which tokens are visible and predicted (k = 5 snippets)."""
 
+import json
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -104,3 +107,96 @@ def test_unknown_scheme_and_too_short_snippet_are_clear_errors():
     M.check_snippet_len(2)
     with pytest.raises(UserError, match="seq_len=1: .*at least 2 steps.*forward_dynamics"):
         M.check_snippet_len(1)
+
+
+# -- the authors' masks (tests/fixtures/make_unimask_masks_fixture.py runs their batches.py) --
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "unimask_masks", "masks.json")
+KF = 10  # the fixture's snippet length (the authors' DoorKey K)
+
+
+@pytest.fixture(scope="module")
+def authors():
+    """{task/masks: int8 (n, 5, k) (state_in, action_in, rtg_in, state_pred, action_pred),
+    task/index: (n,)}, unpacked from the fixture's integers (bit row * k + t)."""
+    with open(FIXTURE) as f:
+        raw = json.load(f)
+    assert raw.pop("k") == KF
+    bits = np.arange(5 * KF, dtype=np.int64).reshape(5, KF)
+    return {key: ((np.asarray(v, np.int64)[:, None, None] >> bits) & 1).astype(np.int8)
+            if key.endswith("/masks") else np.asarray(v) for key, v in raw.items()}
+
+
+@pytest.mark.parametrize("task", list(M.TASKS))
+def test_task_masks_are_the_authors(authors, task):
+    theirs, index = authors[f"{task}/masks"].astype(bool), authors[f"{task}/index"]
+    if task == "inverse_dynamics":
+        # Their BackwardsDynamics makes its masks from the drawn index r in 0..k-2 before
+        # shifting it to 1..k-1: r >= 1 is ours at i = r, and r = 0 wraps around (s_0 and
+        # a_{k-1} shown, s_{k-1} predicted); ours draws i = 1..k-1 instead.
+        wrap = index == 0
+        assert wrap.any() and (~wrap).any()
+        w = theirs[wrap]
+        assert w[:, 0, 0].all() and w[:, 1, -1].all() and w[:, 3, -1].all()
+        assert w[:, 0].sum() == w[:, 1].sum() == w[:, 3].sum() == wrap.sum()
+        theirs, index = theirs[~wrap], index[~wrap]
+        np.testing.assert_array_equal(np.unique(index), np.arange(1, KF - 1))
+    ours = jax.vmap(lambda i: M.TASKS[task].mask(i, KF))(jnp.asarray(index))
+    # Their return-to-go mask is per timestep; only the first token's can be visible.
+    assert not theirs[:, 2, 1:].any()
+    np.testing.assert_array_equal(ours.rtg_in, theirs[:, 2, 0])
+    for row, field in ((0, "state_in"), (1, "action_in"), (3, "state_pred"), (4, "action_pred")):
+        np.testing.assert_array_equal(getattr(ours, field), theirs[:, row], f"{task} {field}")
+    if task != "inverse_dynamics":  # every index of the task, and no other
+        np.testing.assert_array_equal(np.unique(index), np.asarray(M.TASKS[task].indices(KF)))
+
+
+def test_random_masks_match_the_authors_in_distribution(authors):
+    theirs = authors["random/masks"].astype(bool)  # (4000, 5, k)
+    n = len(theirs)
+    ours = jax.vmap(lambda kk: M.random_mask(kk, KF))(jax.random.split(jax.random.key(0), n))
+    ours = np.stack([ours.state_in, ours.action_in,
+                     np.pad(np.asarray(ours.rtg_in)[:, None], ((0, 0), (0, KF - 1))),
+                     ours.state_pred, ours.action_pred], 1)
+    for m in (theirs, ours):  # prediction = exactly the hidden states and actions
+        np.testing.assert_array_equal(m[:, 3], ~m[:, 0])
+        np.testing.assert_array_equal(m[:, 4], ~m[:, 1])
+        assert not m[:, 2, 1:].any()
+    for row in (0, 1):  # hidden counts: both uniform on 0..k (a shared U[0, 1] rate per snippet)
+        hist = [np.bincount((~m[:, row]).sum(1), minlength=KF + 1) / n for m in (theirs, ours)]
+        np.testing.assert_allclose(hist[0], hist[1], atol=0.03)
+        np.testing.assert_allclose(hist[1], 1 / (KF + 1), atol=0.03)
+    for m in (theirs, ours):
+        # The rate is shared by states and actions: their hidden counts correlate (theory:
+        # Var(p) k^2 / Var(count) = (k^2/12) / (k/6 + k^2/12) = 0.83 at k = 10).
+        corr = np.corrcoef((~m[:, 0]).sum(1), (~m[:, 1]).sum(1))[0, 1]
+        assert 0.78 < corr < 0.88, corr
+        assert abs(m[:, 2, 0].mean() - 0.5) < 0.03  # the return-to-go shown half the time
+        # Every position equally likely to be hidden.
+        np.testing.assert_allclose((~m[:, 0]).mean(0), 0.5, atol=0.04)
+
+
+def test_all_per_batch_draws_one_task_per_batch():
+    tasks = list(M.TASKS)
+
+    def flat(m):  # (..., 4k + 1) bools
+        return np.concatenate([np.asarray(m.state_in), np.asarray(m.action_in),
+                               np.asarray(m.rtg_in)[..., None], np.asarray(m.state_pred),
+                               np.asarray(m.action_pred)], -1)
+
+    enumerated = {t: flat(M.evaluation_masks(t, K)) for t in tasks}
+    sample = jax.jit(jax.vmap(lambda r, kk: M.sample_batch_masks(r, kk, K, 6, "batch"),
+                              in_axes=(None, 0)))
+    keys = jax.random.split(jax.random.key(0), 40)  # 40 batches of 6
+    masks = flat(sample(M.regime_index("all"), keys))
+    # fits[t]: (40, 6), whether each snippet's mask is one of task t's
+    fits = {t: (masks[:, :, None, :] == e[None, None]).all(-1).any(-1) for t, e in enumerated.items()}
+    # One task fits every snippet of each batch (some masks fit two tasks, e.g. at index 0).
+    whole = np.stack([fits[t].all(1) for t in tasks], 1)  # (40, 8)
+    assert whole.any(1).all()
+    assert whole.any(0).all()  # every task drawn for some batch
+    # A single-task regime is unchanged: every snippet is one of its masks.
+    bc = flat(sample(M.regime_index("behaviour_cloning"), keys))
+    assert (bc[:, :, None, :] == enumerated["behaviour_cloning"][None, None]).all(-1).any(-1).all()
+    with pytest.raises(UserError, match="model.all_per"):
+        M.sample_batch_masks("all", jax.random.key(0), K, 2, "epoch")

@@ -61,32 +61,55 @@ FINETUNED = "random+finetune"
 
 
 def _group_configs(config) -> list[tuple[str, ml_collections.ConfigDict, list[str]]]:
-    """[(group name, its config, its regimes)]: regimes whose shape overrides agree share one."""
+    """[(group name, its config, its regimes)]: regimes whose shape overrides and training
+    budget (`grid.regime_epoch_trajectories`: epochs x trajectories per regime, so that the
+    epochs follow the data size) agree share one."""
     groups: dict[str, tuple[ml_collections.ConfigDict, list[str]]] = {}
+    budgets = dict(config.grid.get("regime_epoch_trajectories", {}) or {})
+    n = int(config.data.num_train_tasks)
     for regime in config.grid.regimes:
         regime_index(regime)  # an unknown regime fails here, naming the nearest
         shape = {k: v for k, v in _dotted(config.grid.overrides.get(regime, {})).items()
                  if k not in ("model.action_weight", "model.state_weight")}
+        budget = int(budgets.get(regime, config.grid.get("epoch_trajectories", 0)))
         name = "transformer" + "".join(f"_{k.split('.')[-1]}{v}" for k, v in sorted(shape.items()))
+        if regime in budgets:
+            name += f"_ep{max(budget // n, 1)}"
         if name not in groups:
             cfg = ml_collections.ConfigDict(config.to_dict())
             for dotted, value in shape.items():
                 section, key = dotted.split(".")
                 cfg[section][key] = value
+            cfg.grid.epoch_trajectories = budget
             _epochs_to_steps(cfg)
             groups[name] = (cfg, [])
         groups[name][1].append(regime)
     return [(name, cfg, regimes) for name, (cfg, regimes) in groups.items()]
 
 
+def steps_per_epoch(num_trajectories: int, batch_size: int) -> int:
+    """The authors' epoch: max(N // B, 1) batches of B snippets (one snippet per trajectory)."""
+    return max(int(num_trajectories) // int(batch_size), 1)
+
+
 def _epochs_to_steps(cfg) -> None:
-    """`grid.epochs` > 0: train.num_steps = epochs over the training snippets at the batch size
-    (the paper counts epochs; Table 2's batch sizes differ per regime)."""
+    """`grid.epochs` > 0: train.num_steps = epochs * steps_per_epoch (the paper counts epochs;
+    Table 2's batch sizes differ per regime); `grid.epoch_trajectories` > 0 sets the epochs to
+    max(it // N, 1). `grid.eval_every_epochs` > 0: validation every that many epochs
+    (`grid.eval_every` in steps; `train.steps_per_call` shrinks to divide it)."""
+    budget = int(cfg.grid.get("epoch_trajectories", 0))
+    if budget > 0:
+        cfg.grid.epochs = max(budget // int(cfg.data.num_train_tasks), 1)
+    per_epoch = steps_per_epoch(cfg.data.num_train_tasks, cfg.train.batch_size)
+    every_epochs = int(cfg.grid.get("eval_every_epochs", 0))
+    if every_epochs > 0:
+        cfg.grid.eval_every = every_epochs * per_epoch
+        cfg.train.steps_per_call = int(np.gcd(int(cfg.train.steps_per_call),
+                                              int(cfg.grid.eval_every)))
     if cfg.grid.epochs > 0:
-        cfg.train.num_steps = -(-int(cfg.grid.epochs) * int(cfg.data.num_train_tasks)
-                                // int(cfg.train.batch_size))
         per_call = int(cfg.train.steps_per_call)
-        cfg.train.num_steps = -(-cfg.train.num_steps // per_call) * per_call
+        steps = int(cfg.grid.epochs) * per_epoch
+        cfg.train.num_steps = -(-steps // per_call) * per_call
 
 
 def _mlp_config(config) -> ml_collections.ConfigDict:
@@ -108,8 +131,17 @@ def _dotted(sections) -> dict[str, Any]:
 
 
 def validation_episodes(config, env, method):
-    """Held-out trajectories of the data's source (the test tasks), as episodes."""
-    _, test_ids = task_split(env, config)
+    """Held-out trajectories of the data's source (the test tasks), as episodes. With
+    `grid.validation_first_task` >= 0 the held-out tasks are the `data.num_test_tasks` ids from
+    there (the authors' protocol: the same held-out set for every data size)."""
+    first = int(config.grid.get("validation_first_task", -1))
+    if first >= 0:
+        if first < int(config.data.num_train_tasks):
+            raise UserError(f"grid.validation_first_task={first} overlaps the "
+                            f"{config.data.num_train_tasks} training trajectories (ids from 0)")
+        test_ids = np.arange(first, first + int(config.data.num_test_tasks), dtype=np.int32)
+    else:
+        _, test_ids = task_split(env, config)
     num_steps = int(config.data.num_steps)
     source = build_source(config.data.source, env, num_steps, config.data.source_kwargs.to_dict())
     history = generate_histories(env, source, env.task_params(test_ids), num_steps,
@@ -211,9 +243,27 @@ def _unflatten(flat: dict[str, np.ndarray]):
     return tree
 
 
+#: The tasks early stopping of ALL and random masking watches (`grid.stop_on`): "authors" (the
+#: authors' trainer: the six tasks other than the two dynamics ones, whose losses keep falling
+#: as the others overfit) or "all" (the eight).
+STOP_ON = ("authors", "all")
+DYNAMICS = ("forward_dynamics", "inverse_dynamics")
+
+
+def watched_tasks(regime: str, stop_on: str = "authors") -> list[bool]:
+    """Per evaluation task, whether a replica of `regime` stops early on its loss."""
+    if stop_on not in STOP_ON:
+        raise UserError(f"grid.stop_on must be one of {STOP_ON}, got {stop_on!r}")
+    if regime in ("all", "random"):
+        return [stop_on == "all" or t not in DYNAMICS for t in TASKS]
+    return [t == regime for t in TASKS]
+
+
 def _unimask_group(name, config, env, data, validation, regimes, seeds, pretrained=None,
-                   init_from=None, learning_rate=None, num_steps=None) -> _Group:
-    """Uni[MASK] replicas: regime `regimes[i]` from seed `seeds[i]`."""
+                   init_from=None, learning_rate=None, num_steps=None,
+                   state_weight=None) -> _Group:
+    """Uni[MASK] replicas: regime `regimes[i]` from seed `seeds[i]` (`learning_rate` and
+    `state_weight`: one value, or one per replica)."""
     cls = method_class(config.method)
     k = int(config.train.seq_len)
     method = cls(config.model, env, k)  # concrete: evaluation
@@ -223,16 +273,21 @@ def _unimask_group(name, config, env, data, validation, regimes, seeds, pretrain
         replicas.append({
             "model.regime": regime_index(regime),
             "model.action_weight": weights.get("model.action_weight", config.model.action_weight),
-            "model.state_weight": weights.get("model.state_weight", config.model.state_weight),
+            "model.state_weight": (weights.get("model.state_weight", config.model.state_weight)
+                                   if state_weight is None else _at(state_weight, i)),
             **({} if init_from is None else {"model.init_from": init_from[i]}),
-            **({} if learning_rate is None else {"train.learning_rate": learning_rate}),
+            **({} if learning_rate is None else {"train.learning_rate": _at(learning_rate, i)}),
         })
-    tasks = list(TASKS)
-    watch = [[r == t or r in ("all", "random") for t in tasks] for r in regimes]
+    stop_on = str(config.grid.get("stop_on", "all"))
+    watch = [watched_tasks(r, stop_on) for r in regimes]
     return _Group(name, config, data, replicas, seeds,
                   lambda model: cls(model, env, k, pretrained=pretrained),
                   jax.vmap(lambda p: method.task_losses(p, validation)), watch,
                   dict(method.signature(config, env), regimes=list(regimes)), num_steps)
+
+
+def _at(value, i):
+    return float(value[i]) if isinstance(value, (list, tuple, np.ndarray)) else float(value)
 
 
 def _dt_group(config, env, dataset, validation, seeds) -> _Group:
@@ -282,6 +337,53 @@ def _dt_group(config, env, dataset, validation, seeds) -> _Group:
                   dict(evaluators[1.0].signature(dt_config, env), regimes=regimes))
 
 
+def _finetune_groups(config):
+    """[(group name, config, tasks, per-task budget)] of "random mask + finetune": every task
+    from the random-mask model (its shape), at `grid.finetune_learning_rate` for
+    `grid.finetune_steps` (one group), or with `grid.finetune_overrides` {task:
+    {epoch_trajectories, learning_rate, batch_size, state_weight}} the authors' per-task budgets (a group per
+    batch size and budget; the learning rate and state weight are per replica)."""
+    grid = config.grid
+    overrides = {t: dict(v) for t, v in dict(grid.get("finetune_overrides", {}) or {}).items()}
+    unknown = set(overrides) - set(TASKS)
+    if unknown:
+        raise UserError(f"grid.finetune_overrides: unknown tasks {sorted(unknown)}")
+    base = ml_collections.ConfigDict(config.to_dict())
+    for dotted, value in _dotted(config.grid.overrides.get("random", {})).items():
+        if dotted not in ("model.action_weight", "model.state_weight"):
+            section, key = dotted.split(".")
+            base[section][key] = value
+    random_weight = _dotted(config.grid.overrides.get("random", {})).get(
+        "model.state_weight", config.model.state_weight)
+    budget, groups = {}, {}
+    for task in TASKS:
+        o = overrides.get(task, {})
+        budget[task] = dict(learning_rate=float(o.get("learning_rate", grid.finetune_learning_rate)),
+                            state_weight=float(o.get("state_weight", random_weight)))
+        batch = int(o.get("batch_size", base.train.batch_size))
+        key = (batch, int(o["epoch_trajectories"])) if "epoch_trajectories" in o else (batch, None)
+        groups.setdefault(key, []).append(task)
+    out = []
+    for (batch, budget_et), tasks in groups.items():
+        cfg = ml_collections.ConfigDict(base.to_dict())
+        cfg.train.batch_size = batch
+        if budget_et is None:
+            cfg.grid.epochs = 0
+            cfg.grid.eval_every = int(grid.finetune_eval_every)
+            cfg.grid.eval_every_epochs = 0
+            cfg.train.num_steps = int(grid.finetune_steps)
+            name = "finetune"
+        else:
+            cfg.grid.epoch_trajectories = budget_et
+            cfg.grid.eval_every_epochs = int(grid.get("eval_every_epochs", 0))
+            if cfg.grid.eval_every_epochs <= 0:
+                cfg.grid.eval_every = int(grid.finetune_eval_every)
+            _epochs_to_steps(cfg)
+            name = f"finetune_batch{batch}_ep{cfg.grid.epochs}"
+        out.append((name, cfg, tasks, budget))
+    return out
+
+
 def run_grid(config, dataset, env) -> dict[str, Any]:
     """Train the grid (resuming), write the heatmaps (or, with `grid.evaluate="returns"`, the
     returns table of `run_returns`); returns what it wrote to JSON."""
@@ -307,7 +409,7 @@ def run_grid(config, dataset, env) -> dict[str, Any]:
     for name, cfg, regimes in _group_configs(config):
         group = _unimask_group(name, cfg, env, data, validation, np.repeat(regimes, num_seeds),
                                seeds * len(regimes))
-        best = group.run(int(grid.eval_every), show)
+        best = group.run(int(cfg.grid.eval_every), show)
         record(best, regimes)
         best_by_regime.update({r: (best, i) for i, r in enumerate(regimes)})
     if grid.finetune:
@@ -316,26 +418,31 @@ def run_grid(config, dataset, env) -> dict[str, Any]:
         best, i = best_by_regime["random"]
         pretrained = jax.tree.map(lambda x: x[i * num_seeds:(i + 1) * num_seeds],
                                   _Group.params_of(best))
-        tasks = list(TASKS)
-        group = _unimask_group("finetune", config, env, data, validation,
-                               np.repeat(tasks, num_seeds), seeds * len(tasks),
-                               pretrained=pretrained, init_from=list(range(num_seeds)) * len(tasks),
-                               learning_rate=float(grid.finetune_learning_rate),
-                               num_steps=int(grid.finetune_steps))
-        best = group.run(int(grid.finetune_eval_every), show)
+        finetuned = {}
+        for name, cfg, tasks, budget in _finetune_groups(config):
+            reps = np.repeat(tasks, num_seeds)
+            from_seed = ([0] * num_seeds if grid.get("finetune_from", "own") == "seed0"
+                         else list(range(num_seeds)))
+            group = _unimask_group(name, cfg, env, data, validation, reps, seeds * len(tasks),
+                                   pretrained=pretrained, init_from=from_seed * len(tasks),
+                                   learning_rate=[budget[t]["learning_rate"] for t in reps],
+                                   state_weight=[budget[t]["state_weight"] for t in reps],
+                                   num_steps=int(cfg.train.num_steps))
+            out = group.run(int(cfg.grid.eval_every), show)
+            for j, t in enumerate(tasks):
+                finetuned[t] = out["losses"][j * num_seeds:(j + 1) * num_seeds, list(TASKS).index(t)]
         # Row "random+finetune": each column from the model fine-tuned on that column's task.
-        rows[FINETUNED] = np.stack([best["losses"][j * num_seeds:(j + 1) * num_seeds, j]
-                                    for j in range(len(tasks))], axis=1)
+        rows[FINETUNED] = np.stack([finetuned[t] for t in TASKS], axis=1)
     if len(grid.mlp_regimes):
         mlp_config = _mlp_config(config)
         regimes = list(grid.mlp_regimes)
         mlp_data = cls(mlp_config.model, env, k).training_data(dataset, mlp_config, env)
         group = _unimask_group("mlp", mlp_config, env, mlp_data, validation,
                                np.repeat(regimes, num_seeds), seeds * len(regimes))
-        record(group.run(int(grid.eval_every), show), regimes, "(MLP) ")
+        record(group.run(int(group.config.grid.eval_every), show), regimes, "(MLP) ")
     if len(grid.dt_regimes):
         group = _dt_group(config, env, dataset, validation, seeds)
-        record(group.run(int(grid.eval_every), show), list(grid.dt_regimes), "(DT) ")
+        record(group.run(int(group.config.grid.eval_every), show), list(grid.dt_regimes), "(DT) ")
     result = summarise(rows, time.perf_counter() - start, config)
     if "random" in best_by_regime:
         best, i = best_by_regime["random"]
@@ -575,6 +682,101 @@ def summarise(rows: dict[str, np.ndarray], seconds: float, config) -> dict[str, 
     return result
 
 
+#: The appendix's raw validation losses (Figs. 10, 12, 14), by data size and row, in `TASKS`'
+#: column order.
+APPENDIX_RAW = {
+    500: {
+        "behaviour_cloning": (1.08, 1.08, 1.1, 1.12, 7.25, 6.9, 5.64, 5.66),
+        "reward_conditioned": (1.12, 1.07, 1.14, 1.17, 7.19, 6.94, 5.59, 5.63),
+        "goal_conditioned": (1.26, 1.27, 1, 1.07, 7.47, 7.39, 5.98, 5.99),
+        "waypoint_conditioned": (1.36, 1.36, 1.08, 0.871, 7.61, 7.67, 6.02, 6.08),
+        "past_inference": (1.53, 1.53, 1.49, 1.48, 4.8, 7.36, 4.44, 3.64),
+        "future_inference": (1.1, 1.1, 1.12, 1.15, 8.19, 4.58, 3.33, 4.67),
+        "forward_dynamics": (1.54, 1.55, 1.54, 1.55, 19, 17.4, 0.000794, 9.51),
+        "inverse_dynamics": (1.51, 1.5, 1.53, 1.53, 11.9, 9.38, 4.43, 1.05),
+        "all": (1.09, 1.08, 1.02, 0.999, 4.98, 4.69, 0.638, 1.49),
+        "random": (1.17, 1.09, 0.944, 0.727, 4.55, 4.44, 0.164, 1.15),
+        FINETUNED: (1.11, 1.04, 0.909, 0.697, 4.52, 4.38, 0.000304, 1),
+    },
+    50: {
+        "behaviour_cloning": (1.17, 1.17, 1.18, 1.2, 7.24, 6.97, 5.66, 5.7),
+        "reward_conditioned": (1.19, 1.19, 1.19, 1.21, 7.24, 6.96, 5.65, 5.69),
+        "goal_conditioned": (1.2, 1.21, 1.21, 1.21, 7.39, 7.28, 5.93, 5.94),
+        "waypoint_conditioned": (1.2, 1.2, 1.2, 1.19, 7.4, 7.3, 5.97, 6),
+        "past_inference": (1.46, 1.47, 1.42, 1.41, 5.57, 6.57, 4.58, 4.37),
+        "future_inference": (1.23, 1.24, 1.24, 1.25, 6.92, 5.73, 4.54, 4.96),
+        "forward_dynamics": (1.53, 1.54, 1.53, 1.54, 14.7, 13.1, 0.444, 7.46),
+        "inverse_dynamics": (1.5, 1.5, 1.51, 1.51, 10, 9.13, 4.56, 1.9),
+        "all": (1.2, 1.2, 1.19, 1.19, 5.66, 5.77, 3.8, 3.95),
+        "random": (1.2, 1.2, 1.17, 1.15, 5.32, 5.44, 2.41, 2.93),
+        FINETUNED: (1.2, 1.19, 1.16, 1.14, 5.19, 5.33, 0.461, 1.86),
+    },
+    1000: {
+        "behaviour_cloning": (1.08, 1.08, 1.1, 1.13, 7.26, 6.89, 5.62, 5.66),
+        "reward_conditioned": (1.1, 1.03, 1.14, 1.16, 7.16, 6.9, 5.58, 5.63),
+        "goal_conditioned": (1.34, 1.34, 0.92, 1.1, 7.5, 7.36, 5.98, 5.98),
+        "waypoint_conditioned": (1.27, 1.27, 0.999, 0.704, 7.48, 7.63, 6.04, 6.06),
+        "past_inference": (1.55, 1.54, 1.51, 1.49, 4.77, 7.38, 4.41, 3.62),
+        "future_inference": (1.09, 1.09, 1.11, 1.14, 8.59, 4.43, 3.1, 4.45),
+        "forward_dynamics": (1.54, 1.53, 1.54, 1.54, 19.1, 17.5, 0.000454, 9.64),
+        "inverse_dynamics": (1.5, 1.5, 1.54, 1.52, 12.3, 9.99, 4.51, 1.04),
+        "all": (1.08, 1.06, 0.995, 0.978, 4.97, 4.66, 0.583, 1.43),
+        "random": (1.11, 1.01, 0.899, 0.658, 4.49, 4.32, 0.0693, 1.05),
+        FINETUNED: (1.08, 0.987, 0.868, 0.63, 4.48, 4.3, 8.26e-05, 0.972),
+    },
+}
+#: Rows whose models never predict states: their state columns (past / future inference,
+#: both dynamics) are the untrained state head's initial scale, in both codes.
+ACTION_ONLY_ROWS = ("behaviour_cloning", "reward_conditioned", "goal_conditioned",
+                    "waypoint_conditioned")
+STATE_COLUMNS = ("past_inference", "future_inference", "forward_dynamics", "inverse_dynamics")
+
+
+def appendix_comparison(mean: dict, sem: dict, size: int, seeds: int) -> str:
+    """Markdown: per row and task, the appendix's raw loss, ours (mean ± s.e.m.) and ours /
+    theirs; cells of `ACTION_ONLY_ROWS` x `STATE_COLUMNS` are marked (untrained head) and left
+    out of the count of cells within 15%."""
+    paper = APPENDIX_RAW.get(int(size))
+    if paper is None:
+        raise UserError(f"the appendix has raw losses at 50, 500 and 1000 trajectories, not {size}")
+    tasks = list(TASKS)
+    lines = [f"Uni[MASK] DoorKey, {size} trajectories, {seeds} seeds: appendix value / ours ± "
+             f"s.e.m. / ratio (ours / appendix). *u*: untrained state head (excluded).", "",
+             "| Row | " + " | ".join(t.replace("_", " ") for t in tasks) + " |",
+             "|---|" + "---|" * len(tasks)]
+    within = total = 0
+    for row, theirs in paper.items():
+        if row not in mean:
+            lines.append(f"| {row} | " + " | ".join(f"{v:.3g} / - / -" for v in theirs) + " |")
+            continue
+        cells = []
+        for j, task in enumerate(tasks):
+            ours, err = mean[row][j], sem[row][j]
+            if ours is None or not np.isfinite(ours):
+                cells.append(f"{theirs[j]:.3g} / - / -")
+                continue
+            ratio = ours / theirs[j]
+            untrained = row in ACTION_ONLY_ROWS and task in STATE_COLUMNS
+            if not untrained:
+                total += 1
+                within += bool(abs(ratio - 1) <= 0.15)
+            cells.append(f"{theirs[j]:.3g} / {ours:.3g} ± {err:.2g} / {ratio:.2f}"
+                         + (" *u*" if untrained else ""))
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    lines += ["", f"Cells within 15% of the appendix: {within} of {total} compared "
+              f"(untrained-head cells excluded)."]
+    return "\n".join(lines) + "\n"
+
+
+def best_normalised(mean: dict) -> dict:
+    """The paper's normalised heatmap (Figs. 9, 11, 13): each column over its best (lowest)
+    value across the rows."""
+    rows = list(mean)
+    grid = np.array([_array(mean[r]) for r in rows])
+    best = np.nanmin(grid, axis=0)
+    return {r: _listed(grid[i] / best) for i, r in enumerate(rows)}
+
+
 def _listed(values: np.ndarray) -> list:
     """Nested lists with None for NaN (cells a row is not evaluated on), valid JSON."""
     return np.where(np.isnan(values), None, np.asarray(values, object)).tolist()
@@ -589,30 +791,41 @@ def write_heatmaps(result: dict[str, Any], workdir: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    result["normalised_best"] = best_normalised(result["mean"])
     write_json(os.path.join(workdir, "heatmap.json"), result, indent=1)
+    if int(result["num_train_trajectories"]) in APPENDIX_RAW:
+        write_text(os.path.join(workdir, "appendix_comparison.md"),
+                   appendix_comparison(result["mean"], result["sem"],
+                                       result["num_train_trajectories"], result["seeds"]))
     tasks, rows = result["tasks"], result["rows"]
     for kind, values, fname in (("normalised", result.get("normalised"), "heatmap.png"),
+                                ("best", result["normalised_best"], "heatmap_best.png"),
                                 ("raw", result["mean"], "heatmap_raw.png")):
         if values is None:
             continue
         grid = np.array([_array(values[r]) for r in rows])
         fig, ax = plt.subplots(figsize=(1.3 * len(tasks) + 3, 0.55 * len(rows) + 2))
         shown = np.log(np.clip(grid, 1e-6, None)) if kind == "raw" else np.clip(grid, 0, 2)
+        if kind == "best":  # the paper's colour scale: log of the ratio, clipped at 1.5
+            shown = np.log(np.clip(grid, 1.0, 1.5))
         ax.imshow(shown, cmap="viridis_r", aspect="auto")
         for i, r in enumerate(rows):
             for j in range(len(tasks)):
                 if np.isnan(grid[i, j]):
                     continue
-                sem = _array(result["sem"][r])[j] / (_array(result["mean"][FINETUNED])[j]
-                                                     if kind == "normalised" else 1.0)
+                scale = {"normalised": lambda: _array(result["mean"][FINETUNED])[j],
+                         "best": lambda: np.nanmin([_array(result["mean"][q])[j] for q in rows]),
+                         "raw": lambda: 1.0}[kind]()
+                sem = _array(result["sem"][r])[j] / scale
                 ax.text(j, i, f"{grid[i, j]:.3g}\n±{sem:.2g}", ha="center", va="center",
                         fontsize=7, color="w" if shown[i, j] > np.nanmedian(shown) else "k")
         ax.set_xticks(range(len(tasks)), [t.replace("_", "\n") for t in tasks], fontsize=8)
         ax.set_yticks(range(len(rows)), rows, fontsize=8)
         ax.set_xlabel("evaluation task")
         ax.set_ylabel("training regime")
-        title = ("validation loss / random mask + finetune" if kind == "normalised"
-                 else "validation loss (raw)")
+        title = {"normalised": "validation loss / random mask + finetune",
+                 "best": "validation loss / the column's best (the paper's form)",
+                 "raw": "validation loss (raw)"}[kind]
         ax.set_title(f"{title}; mean ± s.e.m. over {result['seeds']} seeds, "
                      f"{result['num_train_trajectories']} trajectories", fontsize=9)
         fig.tight_layout()

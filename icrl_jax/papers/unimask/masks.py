@@ -16,7 +16,8 @@ action_pred `(k,)` (tokens in the loss). Index conventions follow the authors' b
 * forward dynamics, i in [0, k-2]: s_i, a_i visible; predict s_{i+1}.
 * inverse dynamics (the paper's name for backwards dynamics), i in [1, k-1]: s_i, a_{i-1}
   visible; predict s_{i-1}.
-* ALL: one of the eight above, uniformly, per snippet.
+* ALL: one of the eight above, uniformly, per snippet (`all_per="snippet"`), or one task for a
+  whole batch (`all_per="batch"`: the authors' trainer switches the task between batches).
 * random: p ~ U[0, 1] per snippet; each state and action token hidden with probability p; the
   return-to-go visible with probability 1/2; predict every hidden state and action.
 
@@ -173,6 +174,38 @@ def sample_mask(regime, key, k: int) -> Mask:
     branches = [lambda kk, task=task: _sample_task(task, kk, k) for task in TASKS.values()]
     branches += [lambda kk: all_tasks_mask(kk, k), lambda kk: random_mask(kk, k)]
     return jax.lax.switch(jnp.asarray(regime, jnp.int32), branches, key)
+
+
+#: How ALL picks its task (`sample_batch_masks`).
+ALL_PER = ("snippet", "batch")
+
+
+def sample_batch_masks(regime, key, k: int, batch: int, all_per: str = "snippet") -> Mask:
+    """Training masks of a batch of `batch` snippets, fields `(batch, k)` (rtg_in `(batch,)`):
+    each snippet's own draw of `sample_mask`, except that ALL with `all_per="batch"` draws one
+    task for the whole batch (each snippet then draws its own index)."""
+    if all_per not in ALL_PER:
+        raise UserError(f"model.all_per must be one of {ALL_PER}, got {all_per!r}")
+    if isinstance(regime, str):
+        regime = regime_index(regime)
+    task_key, mask_key = jax.random.split(key)
+    keys = jax.random.split(mask_key, batch)
+    if all_per == "snippet":
+        return jax.vmap(lambda kk: sample_mask(regime, kk, k))(keys)
+    tasks = list(TASKS.values())
+
+    def one_task(kk, task_index):
+        branches = [lambda kq, task=task: _sample_task(task, kq, k) for task in tasks]
+        return jax.lax.switch(task_index, branches, kk)
+
+    task_of_batch = jax.random.randint(task_key, (), 0, len(tasks))
+    regime = jnp.asarray(regime, jnp.int32)
+    # Single tasks keep their own; ALL takes the batch's task; random masking is drawn as usual.
+    chosen = jnp.where(regime == REGIMES.index("all"), task_of_batch, jnp.minimum(regime, len(tasks) - 1))
+    per_task = jax.vmap(lambda kk: one_task(kk, chosen))(keys)
+    random = jax.vmap(lambda kk: random_mask(kk, k))(keys)
+    is_random = regime == REGIMES.index("random")
+    return jax.tree.map(lambda a, b: jnp.where(is_random, a, b), random, per_task)
 
 
 def evaluation_masks(task: str, k: int) -> Mask:

@@ -40,7 +40,7 @@ from icrl_jax.core.errors import UserError
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
 from icrl_jax.papers.unimask.masks import (Mask, REGIMES, TASKS, check_snippet_len,
-                                           evaluation_masks, regime_index, sample_mask)
+                                           evaluation_masks, regime_index, sample_batch_masks)
 from icrl_jax.models.dropout import Dropout
 from icrl_jax.models.transformer import Transformer
 
@@ -58,6 +58,9 @@ class UniMaskNet(nn.Module):
     mlp_layers: int = 3
     mlp_width: int = 128
     dropout: Any = 0.0
+    sinusoidal: bool = False  # add the fixed sine/cosine positions after the input embedding
+    mask_flags: bool = True  # append the visibility flags to each token
+    relu_embedding: bool = False  # the authors' input map: relu(Dense(x)) * sqrt(d_model)
 
     @nn.compact
     def __call__(self, states, actions, rtg, mask: Mask, deterministic: bool = True):
@@ -68,11 +71,16 @@ class UniMaskNet(nn.Module):
         a_in = mask.action_in[..., None].astype(jnp.float32)
         first = (jnp.arange(k) == 0)[None, :, None]
         r_in = (mask.rtg_in[:, None, None] & first).astype(jnp.float32)
-        x = jnp.concatenate([states * s_in, actions * a_in,
-                             jnp.broadcast_to(rtg[:, None, :], (batch, k, rtg.shape[-1])) * r_in,
-                             s_in, a_in, r_in], -1)
+        parts = [states * s_in, actions * a_in,
+                 jnp.broadcast_to(rtg[:, None, :], (batch, k, rtg.shape[-1])) * r_in]
+        x = jnp.concatenate(parts + ([s_in, a_in, r_in] if self.mask_flags else []), -1)
         if self.backbone is not None:
-            h = self.backbone(nn.Dense(self.d_model, name="embed")(x), deterministic=deterministic)
+            h = nn.Dense(self.d_model, name="embed")(x)
+            if self.relu_embedding:
+                h = nn.relu(h) * np.sqrt(self.d_model)
+            if self.sinusoidal:
+                h = h + sinusoidal_positions(k, self.d_model)[None].astype(h.dtype)
+            h = self.backbone(h, deterministic=deterministic)
         else:  # the MLP baseline sees the whole flattened snippet and emits all k outputs
             h = x.reshape(batch, -1)
             for i in range(self.mlp_layers):
@@ -81,6 +89,17 @@ class UniMaskNet(nn.Module):
             h = nn.Dense(k * self.d_model, name="mlp_out")(h).reshape(batch, k, self.d_model)
         return (nn.Dense(self.state_out, name="state_head")(h),
                 nn.Dense(self.action_out, name="action_head")(h))
+
+
+def sinusoidal_positions(length: int, d_model: int) -> jax.Array:
+    """The fixed encoding of "Attention is all you need", float32 `(length, d_model)`: sines in
+    the even channels, cosines in the odd ones, wavelengths 2 pi .. 10000 * 2 pi."""
+    position = np.arange(length, dtype=np.float64)[:, None]
+    rate = np.exp(np.arange(0, d_model, 2) * (-np.log(10000.0) / d_model))
+    table = np.zeros((length, d_model))
+    table[:, 0::2] = np.sin(position * rate)
+    table[:, 1::2] = np.cos(position * rate)[:, :d_model // 2]
+    return jnp.asarray(table, jnp.float32)
 
 
 def token_cross_entropy(logits: jax.Array, targets: jax.Array, sizes: tuple[int, ...]) -> jax.Array:
@@ -150,13 +169,29 @@ class UniMask(Method):
         self.state_weight = model_config.state_weight
         self.pretrained = pretrained
         self.init_from = model_config.get("init_from", 0)
+        self.all_per = str(model_config.get("all_per", "snippet"))
+        self.rtg_encoding = str(model_config.get("rtg_encoding", "scalar"))
+        self.rtg_low = int(model_config.get("rtg_low", -6))
+        self.rtg_high = int(model_config.get("rtg_high", 10))
+        if self.rtg_encoding not in ("scalar", "onehot") or self.rtg_high < self.rtg_low:
+            raise UserError(f"model.rtg_encoding must be 'scalar' or 'onehot' (with model.rtg_low "
+                            f"<= model.rtg_high), got {self.rtg_encoding!r}, "
+                            f"{self.rtg_low}..{self.rtg_high}")
+        positions = str(model_config.get("positions", "learned"))
+        if positions not in ("learned", "sinusoidal"):
+            raise UserError(f"model.positions must be 'learned' or 'sinusoidal', got {positions!r}")
         backbone = None
         if model_config.backbone == "transformer":
-            backbone = Transformer.from_config(model_config, causal=False, position="learned",
-                                               max_len=self.snippet_len)
+            backbone = Transformer.from_config(
+                model_config, causal=False, max_len=self.snippet_len,
+                position="learned" if positions == "learned" else "none")
         self.model = UniMaskNet(self.state_dim, self.action_dim, int(model_config.d_model),
                                 backbone, int(model_config.mlp_layers),
-                                int(model_config.mlp_width), model_config.residual_dropout)
+                                int(model_config.mlp_width), model_config.residual_dropout,
+                                sinusoidal=positions == "sinusoidal",
+                                mask_flags=bool(model_config.get("mask_flags", True)),
+                                relu_embedding=model_config.get("input_embedding",
+                                                                "linear") == "relu_scaled")
 
     # -- data -------------------------------------------------------------------------------
 
@@ -199,8 +234,12 @@ class UniMask(Method):
     def inputs(self, batch: Trajectories):
         """(state features `(B, k, Ds)`, action features `(B, k, Da)`, rtg tuple `(B, 2)`):
         one-hot factors of discrete states and actions, continuous ones as they are."""
-        rtg = jnp.stack([batch.returns_to_go[:, 0] / self.rtg_scale,
-                         batch.timesteps[:, 0].astype(jnp.float32) / self.max_timestep], -1)
+        if self.rtg_encoding == "onehot":  # the authors' classes: rtg_low..rtg_high, no timestep
+            index = jnp.round(batch.returns_to_go[:, 0]).astype(jnp.int32) - self.rtg_low
+            rtg = jax.nn.one_hot(index, self.rtg_high - self.rtg_low + 1)
+        else:
+            rtg = jnp.stack([batch.returns_to_go[:, 0] / self.rtg_scale,
+                             batch.timesteps[:, 0].astype(jnp.float32) / self.max_timestep], -1)
         if self.continuous:
             states = batch.observations.reshape(batch.observations.shape[:2] + (-1,))
             return states.astype(jnp.float32), batch.actions.astype(jnp.float32), rtg
@@ -240,8 +279,9 @@ class UniMask(Method):
         if self.pretrained is not None:
             row = jnp.asarray(self.init_from, jnp.int32)
             return jax.tree.map(lambda p: jnp.asarray(p)[row], self.pretrained)
-        mask = jax.vmap(lambda _: sample_mask(0, jax.random.key(0), self.snippet_len))(
-            jnp.arange(example.actions.shape[0]))
+        # Any mask gives the shapes; a fixed one avoids tracing every regime's sampler.
+        mask = jax.tree.map(lambda m: jnp.broadcast_to(m, (example.actions.shape[0],) + m.shape),
+                            TASKS["behaviour_cloning"].mask(0, self.snippet_len))
         return self.model.init({"params": key}, *self.inputs(example), mask)["params"]
 
     def losses(self, params, batch: Trajectories, mask: Mask, deterministic: bool = True,
@@ -255,8 +295,8 @@ class UniMask(Method):
 
     def loss(self, params, batch: Trajectories, key: jax.Array):
         mask_key, dropout_key = jax.random.split(key)
-        keys = jax.random.split(mask_key, batch.actions.shape[0])
-        mask = jax.vmap(lambda kk: sample_mask(self.regime, kk, self.snippet_len))(keys)
+        mask = sample_batch_masks(self.regime, mask_key, self.snippet_len, batch.actions.shape[0],
+                                  self.all_per)
         parts = self.losses(params, batch, mask, deterministic=False, key=dropout_key)
         loss = self.action_weight * parts["action_loss"] + self.state_weight * parts["state_loss"]
         return loss, dict(parts, loss=loss)
