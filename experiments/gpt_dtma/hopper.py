@@ -7,20 +7,31 @@ Data and DT recipe: `experiments/continuous/hopper.py` (medium by default;
 `--config.data.dataset_id=hopper/medium-replay-v0` or `hopper/medium-expert-v0` for the other
 rows). Paper scale: GPT-2 small (`--config.report.pretrained=DIR`), App. A's fine-tuning recipe.
 `:quick`: starts from `lm.py:quick`'s checkpoint (run `icrl-jax pretrain-lm` first), the 4 x 128
-model, 1000 steps; hopper's quick PPO data.
+model, 1000 steps; hopper's quick PPO data. `:smollm2`: the quick data with SmolLM2's first
+blocks (`smollm2_model`) in DT, GPT-DT and GPT-DTMA.
 """
 
 from icrl_jax.experiments.continuous.hopper import locomotion_config
-from icrl_jax.experiments.gpt_dtma import add_columns, apply_quick, quick_columns
+from icrl_jax.experiments.gpt_dtma import (SMOLLM2_COLUMNS, add_columns, apply_quick,
+                                           quick_columns, smollm2_model)
 
 TABLE3 = ("DT", "DTMA", "GPT-DT", "CLIP-DT", "GPT-DTMA", "GPT-DTMA-R")
 
 
-def get_config(preset: str = ""):
-    config = locomotion_config("hopper", preset)
-    config.experiment = "gpt_dtma_hopper"
+def locomotion_table(name: str, preset: str = ""):
+    """Table 3's analogue on brax `name` (hopper, walker2d or halfcheetah): `preset` "" (paper
+    scale), "quick" or "smollm2"."""
+    config = locomotion_config(name, "quick" if preset == "smollm2" else preset)
+    config.experiment = f"gpt_dtma_{name}"
     add_columns(config, TABLE3, ("d4rl_score", "first_episode_return"))
     if preset == "quick":
         apply_quick(config)
         quick_columns(config)
+    if preset == "smollm2":
+        smollm2_model(config)
+        quick_columns(config, SMOLLM2_COLUMNS)
     return config
+
+
+def get_config(preset: str = ""):
+    return locomotion_table("hopper", preset)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from typing import Any
 
@@ -191,8 +192,10 @@ def check_backbone_fits(stack: PretrainedStack, d_model: int, backbone: Transfor
     wanted = dict(d_model=(d_model, stack.d_model), **{
         k: (getattr(backbone, k) or 0 if k == "mlp_hidden" else getattr(backbone, k), v)
         for k, v in stack.fields})
+    # Floats (norm epsilons) as the checkpoint stores them: a GGUF's float32 1e-5 fits 1e-5.
     bad = [f"model.{k}={ours!r} (the LM has {theirs!r})" for k, (ours, theirs) in wanted.items()
-           if ours != theirs]
+           if not (ours == theirs or isinstance(theirs, float) and isinstance(ours, (int, float))
+                   and not isinstance(ours, bool) and math.isclose(ours, theirs, rel_tol=1e-6))]
     if bad:
         ours, theirs = wanted["num_layers"]
         hint = (f"; model.pretrained_layers={ours} takes only the LM's first {ours} blocks"

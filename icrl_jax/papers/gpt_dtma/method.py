@@ -156,10 +156,16 @@ class GPTDecisionTransformer(DecisionTransformer):
         importance = ablation_importance(
             lambda scale: self.apply(params, contexts, head_scale=scale)[:, -1].astype(
                 jnp.float32), layers, heads)
-        finetuned = markov_mask(params["backbone"])
+        stats = markov_heads(params["backbone"])
+        finetuned = np.array([h["markov"] for h in stats], bool).reshape(layers, heads)
         result = dict(label=self.label(config), envs=int(contexts.mask.shape[0]),
                       ablation_importance=importance.round(5).tolist(),
-                      markov_heads_finetuned=finetuned.tolist())
+                      markov_heads_finetuned=finetuned.tolist(),
+                      # the fine-tuned heads' R.1 fraction and R.2 (`(L, H)`), the Markov table's
+                      finetuned_r1_fraction=[[h["r1_fraction"] for h in stats[i:i + heads]]
+                                             for i in range(0, len(stats), heads)],
+                      finetuned_r2=[[h["r2"] for h in stats[i:i + heads]]
+                                    for i in range(0, len(stats), heads)])
         if self.pretrained:
             result["markov_heads_pretrained"] = self.markov.tolist()
             result.update(self.write_attention_before_after(params, contexts, config))
@@ -185,7 +191,8 @@ class GPTDecisionTransformer(DecisionTransformer):
         initial = self.init(jax.random.key(int(config.seed)), jax.tree.map(lambda x: x[:1],
                                                                           contexts))
         heads = int(self.config.num_heads)
-        r2 = np.array([h["r2"] for h in markov_heads(initial["backbone"])])
+        stats = markov_heads(initial["backbone"])
+        r2 = np.array([h["r2"] for h in stats])
         chosen = [(int(i) // heads, int(i) % heads, caption) for i, caption in (
             (np.argmax(r2), f"largest R.2 {r2.max():.2f}"),
             (np.argmin(r2), f"smallest R.2 {r2.min():.2f}"))]
@@ -200,6 +207,8 @@ class GPTDecisionTransformer(DecisionTransformer):
             os.path.join(config.workdir, "attention", "before_after.png"),
             f"{config.experiment} ({self.label(config)}) env 0")
         return dict(lm_r2=r2.reshape(-1, heads).tolist(),
+                    lm_r1_fraction=np.array([h["r1_fraction"] for h in stats]).reshape(
+                        -1, heads).tolist(),
                     self_attention_before=before.round(4).tolist(),
                     self_attention_after=after.round(4).tolist(),
                     attention_before_after=os.path.relpath(path, config.workdir))

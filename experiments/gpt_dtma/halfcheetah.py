@@ -1,0 +1,12 @@
+"""GPT-DTMA Table 3's analogue on brax halfcheetah (`icrl-jax report --config
+experiments/gpt_dtma/halfcheetah.py[:quick|:smollm2]`): the columns, presets and recipe of `hopper.py`
+on halfcheetah's data (`experiments/continuous/halfcheetah.py`; medium by default,
+`--config.data.dataset_id=halfcheetah/medium-replay-v0` or `halfcheetah/medium-expert-v0` for the other
+rows).
+"""
+
+from icrl_jax.experiments.gpt_dtma.hopper import locomotion_table
+
+
+def get_config(preset: str = ""):
+    return locomotion_table("halfcheetah", preset)

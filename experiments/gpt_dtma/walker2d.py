@@ -1,0 +1,12 @@
+"""GPT-DTMA Table 3's analogue on brax walker2d (`icrl-jax report --config
+experiments/gpt_dtma/walker2d.py[:quick|:smollm2]`): the columns, presets and recipe of `hopper.py`
+on walker2d's data (`experiments/continuous/walker2d.py`; medium by default,
+`--config.data.dataset_id=walker2d/medium-replay-v0` or `walker2d/medium-expert-v0` for the other
+rows).
+"""
+
+from icrl_jax.experiments.gpt_dtma.hopper import locomotion_table
+
+
+def get_config(preset: str = ""):
+    return locomotion_table("walker2d", preset)
