@@ -80,7 +80,8 @@ def evaluate_saved(ref, settings: dict, data: str, seed: int, eval_seed: int,
     import torch
     from safetensors.torch import load_file
 
-    config, model = build(ref, dict(settings, eval_seed=eval_seed), data, seed)
+    config, model = build(ref, settings, data, seed)
+    config.eval_seed = eval_seed  # after their __post_init__, which sets 1000 + train_seed
     model.load_state_dict(load_file(os.path.join(data, folder, f"seed_{seed}.safetensors")))
     torch.manual_seed(eval_seed)
     np.random.seed(eval_seed)

@@ -12,7 +12,9 @@ Invariance to the action-set order is exact by construction: the prompt tokens f
 attend to one another bidirectionally and share one position id), step tokens attend to all of
 them, and the output is scored against each action's own embedding.
 
-Ablations (config switches in `model`): `prompt=False` (no action-set prompt), `loss="mse"`
+Ablations (config switches in `model`): `prompt=False` (no action-set prompt),
+`prompt_order="causal"` (each prompt token attends only to those before it, as in the authors'
+causal sequence; the policy then depends on the action-set order), `loss="mse"`
 (regress the target embedding, act by nearest neighbour) and `embeddings="normal"` (i.i.d.
 Gaussian instead of orthonormal embeddings). N-gram induction-head layers (`ngram_positions`,
 models/ngram.py) work as in AD; the action ids they match are indices into the action set, so
