@@ -160,6 +160,7 @@ def _metrics(workdir):
     ({"attention_window": 8}, "bernoulli_bandit", "model.attention_window=0"),
     ({"ngram_positions": (0,)}, "bernoulli_bandit", "model.ngram_positions=()"),
     ({"reward_gated_actions": True}, "bernoulli_bandit", "model.reward_gated_actions=False"),
+    ({"prompt_order": "causal"}, "bernoulli_bandit", "model.prompt_order='set'"),
     ({"loss": "mse"}, "bernoulli_bandit", "model.loss='mse'"),
     ({"embeddings": "normal"}, "bernoulli_bandit", "model.embeddings='normal'"),
     ({"layout": "theirs"}, "bernoulli_bandit", "model.layout must be 'ours' or 'reference'"),

@@ -48,6 +48,8 @@ def check_reference_config(model_config, env) -> None:
         refuse("has no n-gram layers: set model.ngram_positions=()")
     if model_config.get("reward_gated_actions", False):
         refuse("has no reward-gated action inputs: set model.reward_gated_actions=False")
+    if model_config.get("prompt_order", "set") != "set":
+        refuse("orders its prompt causally already: leave model.prompt_order='set'")
     for flag in ("episode_starts", "episode_returns"):
         if model_config.get(flag, False):
             refuse(f"has no episode fields: set model.{flag}=False")
