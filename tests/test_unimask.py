@@ -359,13 +359,13 @@ def test_the_authors_architecture_options(doorkey_data, tmp_path):
     shapes = {}
     for name, config in (("ours", ours), ("theirs", theirs)):
         method = UniMask(config.model, env, K)
-        params = method.init(jax.random.key(0), snippets)
+        params = jax.jit(method.init)(jax.random.key(0), snippets)  # jitted: one compile
         shapes[name] = params["embed"]["kernel"].shape[0]
         has_learned = "position_embedding" in str(jax.tree_util.tree_structure(params))
         assert has_learned == (name == "ours")
         mask = jax.tree.map(lambda m: jnp.broadcast_to(m, (4,) + m.shape),
                             TASKS["reward_conditioned"].mask(3, K))
-        state_out, action_out = method.apply(params, snippets, mask)
+        state_out, action_out = jax.jit(method.apply)(params, snippets, mask)
         assert state_out.shape == (4, K, 32) and np.isfinite(np.asarray(action_out)).all()
     # Token width: agent + key one-hots (32) + action (4) + return-to-go (ours: the (R, t0)
     # pair and three visibility flags; theirs: 17 classes, no flags).
