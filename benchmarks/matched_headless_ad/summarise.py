@@ -50,8 +50,8 @@ EVALUATED = (("theirs", "authors' code, their evaluation"),
 DEVIATIONS = (
     ("prompt: an order-free set (bidirectional) vs their ordered causal prompt",
      "ours_ours", "ours_ours_causal_prompt"),
-    ("blocks: LayerNorm + GELU MLP (flax init) vs RMSNorm (eps 1e-5) + SwiGLU, no MLP biases, "
-     "bf16 RoPE tables", "ours_ours", "ours_ours_llama_blocks"),
+    ("blocks: LayerNorm + GELU MLP vs RMSNorm (eps 1e-5) + SwiGLU without MLP biases, bf16 RoPE "
+     "tables (both flax's init)", "ours_ours", "ours_ours_llama_blocks"),
     ("sampling: batches with replacement vs shuffled epochs (measured on their code)",
      "theirs_replacement", "theirs"),
     ("the whole layout: ours vs `model.layout=reference` (the authors' tokens, prompt, blocks, "
