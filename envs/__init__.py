@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import functools
 
+from icrl_jax.core.extras import defer_import
+
+# gymnax's Pong imports seaborn (and with it pandas and scipy.stats) at module level, for its
+# renderer only; loading it lazily takes most of the import time out of every process.
+defer_import("seaborn")
+
 from icrl_jax.envs.bandits import BernoulliBandit, ContextualBandit
 from icrl_jax.envs.core import (BANDIT, EPISODIC, REGRET, RETURNS, EnvSpec, ICRLEnv, InvalidActionError,
                                 check_actions, stack_params)

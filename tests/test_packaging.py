@@ -73,14 +73,33 @@ config = R.resolve_config(config)
 method = build_method(config, R.build_env(config))
 names = [n for r in (COMMANDS, REPORTS, HOOKS, envs.REGISTRY, METHODS, SOURCES, BUILDERS) for n in r.names()]
 print(json.dumps(dict(method=type(method).__name__, parts=len(names),
-                      optional=[m for m in {NEVER_IN_THE_CORE!r} if m in sys.modules])))
+                      optional=[m for m in {NEVER_IN_THE_CORE!r} if m in sys.modules],
+                      deferred=[m for m in ("pandas", "scipy.stats") if m in sys.modules])))
 """
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["optional"] == []
+    assert result["deferred"] == []  # gymnax's seaborn import is deferred (envs/__init__.py)
     assert result["method"] and result["parts"] > 30
     assert (tmp_path / "run" / "config.json").exists()
+
+
+def test_a_deferred_module_loads_on_its_first_attribute_read(tmp_path, monkeypatch):
+    (tmp_path / "deferred_probe.py").write_text("import sys\nsys.deferred_probe_loads += 1\nVALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "deferred_probe_loads", 0, raising=False)
+    monkeypatch.delitem(sys.modules, "deferred_probe", raising=False)
+    X.defer_import("deferred_probe")
+    import deferred_probe as probe  # the import statement alone does not load it
+    assert sys.deferred_probe_loads == 0
+    assert probe.VALUE == 7 and sys.deferred_probe_loads == 1
+    from deferred_probe import VALUE  # the real module is in sys.modules now; loaded once
+    assert VALUE == 7 and sys.deferred_probe_loads == 1
+    assert sys.modules["deferred_probe"] is not probe and sys.modules["deferred_probe"].VALUE == 7
+    sys.modules.pop("deferred_probe")
+    X.defer_import("no_such_module_anywhere")  # not installed: nothing is put in its place
+    assert "no_such_module_anywhere" not in sys.modules
 
 
 def test_the_core_dependencies_name_no_optional_package():

@@ -99,3 +99,36 @@ def import_extra(module: str, what: str) -> ModuleType:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
         raise missing_extra(module, what, e.name) from e
+
+
+
+class _DeferredModule(ModuleType):
+    """Stands in for a module in `sys.modules` until one of its attributes is read; then the real
+    module is imported (and replaces the stand-in there) and the stand-in forwards to it."""
+
+    def __getattr__(self, attr: str):  # called only for attributes the stand-in lacks
+        real = self.__dict__.get("_deferred_real")
+        if real is None:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)
+            self.__dict__["_deferred_real"] = real
+        return getattr(real, attr)
+
+
+def defer_import(name: str) -> None:
+    """Make `import name` bind a stand-in that imports the real module on its first attribute
+    read, unless `name` is imported already or not installed.
+
+    For a dependency's dependency imported at module level but used only on a path we rarely take:
+    every process (each CLI run, each test subprocess) then skips loading it, and whoever uses it
+    gets the real module's attributes on first use. (`importlib.util.LazyLoader` does not help
+    here: the import statement itself reads the module's `__spec__`, which loads it.)"""
+    if name in sys.modules:
+        return
+    try:
+        if importlib.util.find_spec(name) is None:
+            return
+    except (ImportError, ValueError):
+        return
+    sys.modules[name] = _DeferredModule(name)
