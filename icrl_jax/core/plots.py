@@ -34,8 +34,13 @@ def plot_curves(curves: dict[str, np.ndarray], path: str, *, xlabel: str, ylabel
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str, dpi: int | None = None) -> str:
+    """Lay `fig` out, write it to `path` (making its folder), close it; returns `path`."""
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path

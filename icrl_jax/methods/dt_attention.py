@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.data.trajectories import Trajectories
+from icrl_jax.core.plots import save_figure
 from icrl_jax.models.dt_tokens import token_labels
 
 
@@ -141,11 +142,7 @@ def save_attention_pngs(directory: str, maps: np.ndarray, labels: list[str],
             ticks = np.arange(0, n, step)
             ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=6)
             ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=6)
-        fig.tight_layout()
-        path = os.path.join(directory, f"{prefix}_layer{layer}.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, os.path.join(directory, f"{prefix}_layer{layer}.png"), dpi=110))
     return paths
 
 

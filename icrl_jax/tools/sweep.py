@@ -35,6 +35,7 @@ import ml_collections
 import numpy as np
 
 from icrl_jax.core.files import write_json
+from icrl_jax.core.plots import save_figure
 from icrl_jax import envs
 from icrl_jax.core import metrics as M
 from icrl_jax.core import train as T
@@ -412,9 +413,7 @@ def plot_emp(curves: dict[str, dict[str, Any]], path: str,
     ax.set_xlabel("hyperparameter assignments")
     ax.set_ylabel(f"expected max {next(iter(curves.values()))['score']}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def _label(workdir: str) -> str:

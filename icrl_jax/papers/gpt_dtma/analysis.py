@@ -11,12 +11,13 @@ Two readouts, both `(num_layers, H)`:
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from icrl_jax.core.plots import save_figure
 
 
 def gate_importance(gates: jax.Array, token_weight: jax.Array) -> jax.Array:
@@ -59,11 +60,7 @@ def plot_head_importance(importance: np.ndarray, markov: np.ndarray, path: str,
     ax.set_xlabel("layer.head (red: Markov head)")
     ax.set_ylabel("importance")
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def self_attention(attention, token_weight: jax.Array) -> np.ndarray:
@@ -99,8 +96,4 @@ def plot_attention_before_after(before: np.ndarray, after: np.ndarray,
             ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=90, fontsize=6)
             ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=6)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

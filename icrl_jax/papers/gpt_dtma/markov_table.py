@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from icrl_jax.core.plots import save_figure
 from icrl_jax.papers.gpt_dtma.markov_heads import (R_DEFAULT, attention_head_matrices,
                                                    markov_heads, random_basis_ratio)
 
@@ -95,11 +96,7 @@ def plot_head_matrices(blocks: dict[str, Any], path: str, title: str, size: int 
         ax.set_xticks([])
         ax.set_yticks([])
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def _named(values: list[str], flag: str) -> list[tuple[str, str]]:

@@ -37,6 +37,7 @@ import ml_collections
 import numpy as np
 
 from icrl_jax.core.files import atomic_write, write_json, write_text
+from icrl_jax.core.plots import save_figure
 from icrl_jax.core import run as R
 from icrl_jax.core import train as T
 from icrl_jax.data.builders import task_split
@@ -554,9 +555,7 @@ def _plot_returns(table, data_return, path):
         ax.set_title(title, fontsize=9)
     axes[0].axhline(data_return, color="k", ls="--", lw=1, label="dataset mean")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 #: Fig. 8's conditioning: agent at (1, 4), key at (2, 2) (cell ids of `envs/doorkey.py`).
@@ -628,9 +627,7 @@ def _plot_rollouts(freq, tv, path):
     axes[3].set_xticks(range(4), ["right", "down", "left", "up"])
     axes[3].set_title("action frequencies", fontsize=8)
     axes[3].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def summarise(rows: dict[str, np.ndarray], seconds: float, config) -> dict[str, Any]:
