@@ -20,15 +20,18 @@ import shutil
 import tempfile
 
 _DIR_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
-_TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+#: flag -> value; a flag the user set already keeps the user's value.
+_TEST_XLA_FLAGS = {"--xla_backend_optimization_level": "0", "--xla_cpu_use_fusion_emitters": "false"}
 
 
 def pytest_configure(config):
     if hasattr(config, "workerinput"):
         return  # an xdist worker inherits its controller's environment
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_backend_optimization_level" not in flags:  # the user's own level wins
-        os.environ["XLA_FLAGS"] = f"{flags} {_TEST_XLA_FLAGS}".strip()
+    for flag, value in _TEST_XLA_FLAGS.items():
+        if flag not in flags:
+            flags = f"{flags} {flag}={value}".strip()
+    os.environ["XLA_FLAGS"] = flags
     if os.environ.get(_DIR_VARIABLE):
         return  # the user's own cache
     os.environ[_DIR_VARIABLE] = tempfile.mkdtemp(prefix="icrl_jax_test_xla_cache_")

@@ -64,8 +64,8 @@ def test_readme_python_example_runs(tmp_path, monkeypatch, capsys):
     saved = json.loads((workdir / "eval.json").read_text())
     config = json.loads((workdir / "config.json").read_text())
     # The override reached the run, the evaluation is the one written, and it is printed.
-    assert config["train"]["num_steps"] == 300 and config["preset"] == "quick"
-    assert saved["step"] == 300 and saved["normalised_score"] == pytest.approx(
+    assert config["train"]["num_steps"] == 100 and config["preset"] == "quick"
+    assert saved["step"] == 100 and saved["normalised_score"] == pytest.approx(
         results["normalised_score"])
     assert results["num_envs"] == 80  # 20 held-out goals x 4 rollouts
     assert f"normalised score {results['normalised_score']:.2f}" in capsys.readouterr().out
