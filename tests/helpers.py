@@ -24,6 +24,54 @@ def experiment_configs():
     return found
 
 
+def some_action(env, params):
+    """An available action of each task in `params` (batched): the first allowed discrete
+    action, the zero vector for continuous actions, component 0 for multi-discrete ones."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    n = jax.tree.leaves(params)[0].shape[0]
+    if env.continuous_actions:
+        return jnp.zeros((n, env.action_dim), jnp.float32)
+    return jnp.asarray(np.argmax(np.asarray(params.action_mask), axis=1), jnp.int32)
+
+
+def check_env_contract(env, steps: int = 4):
+    """The registered-env contract: 3 tasks reset and stepped `steps` times under one jitted
+    `vmap` of a `scan`, each with `some_action`; the same keys give the same rollout, and shapes
+    and dtypes are the spec's. Returns the first observations `(3, *obs)` and the per-step
+    `(obs, reward, terminated, truncated, info)`, each `(3, steps, ...)`."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from icrl_jax import envs
+    params = env.task_params(jnp.arange(3))
+    actions = some_action(env, params)
+
+    def rollout(key, p, action):
+        obs, state = env.reset(key, p)
+
+        def body(state, k):
+            obs, state, reward, terminated, truncated, info = env.step(k, state, action, p)
+            return state, (obs, reward, terminated, truncated, info)
+
+        return obs, jax.lax.scan(body, state, jax.random.split(key, steps))[1]
+
+    run = jax.jit(jax.vmap(rollout))
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    first, per_step = run(keys, params, actions)
+    again = run(keys, params, actions)
+    for a, b in zip(jax.tree.leaves((first, per_step)), jax.tree.leaves(again)):
+        np.testing.assert_array_equal(a, b)  # the same key gives the same rollout
+    obs, rewards, terminated, truncated, _ = per_step
+    assert first.shape == (3, *env.observation_shape)
+    assert obs.shape == (3, steps, *env.observation_shape)
+    assert rewards.shape == (3, steps) and rewards.dtype == jnp.float32
+    assert terminated.dtype == jnp.bool_ and truncated.dtype == jnp.bool_
+    assert env.scoring in (envs.REGRET, envs.RETURNS)
+    return first, per_step
+
+
 def run_cli(*args, cwd=ROOT):
     return subprocess.run(["icrl-jax", *args], cwd=cwd, capture_output=True, text=True)
 

@@ -15,8 +15,6 @@ import math
 import os
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from icrl_jax import envs
@@ -24,59 +22,27 @@ from icrl_jax.core import run as R
 from icrl_jax.core.config import check_key, set_dotted
 from icrl_jax.core.registry import COMMANDS, REPORTS
 from icrl_jax.methods import METHODS
-from helpers import experiment_configs
+from helpers import check_env_contract, experiment_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = jax.random.PRNGKey(0)
 
 
-#: MJX envs that share hopper_v5's wrapper (`GymMujoco`, checked here through hopper_v5) and differ
-#: only in their MuJoCo model, whose steps test_mjx_locomotion.py checks against gymnasium's (an
+#: The MJX envs, whose contract test_mjx_locomotion.py checks (`check_env_contract`, on hopper_v5:
+#: the three share their wrapper and differ only in their MuJoCo model) beside their physics (an
 #: MJX rollout is among the slowest programs of the suite to compile on a CPU).
-SAME_WRAPPER_AS_HOPPER_V5 = ("walker2d_v5", "halfcheetah_v5")
+MJX_ENVS = ("hopper_v5", "walker2d_v5", "halfcheetah_v5")
 
 
 def jax_env_names() -> list[str]:
     """Registered envs that run in JAX (host simulators have their own tests, test_host.py)."""
     return [name for name in envs.REGISTRY.names()
-            if not envs.make(name).host and name not in SAME_WRAPPER_AS_HOPPER_V5]
-
-
-def some_action(env, params):
-    """An available action of each task in `params` (batched): the first allowed discrete
-    action, the zero vector for continuous actions, component 0 for multi-discrete ones."""
-    n = jax.tree.leaves(params)[0].shape[0]
-    if env.continuous_actions:
-        return jnp.zeros((n, env.action_dim), jnp.float32)
-    return jnp.asarray(np.argmax(np.asarray(params.action_mask), axis=1), jnp.int32)
+            if not envs.make(name).host and name not in MJX_ENVS]
 
 
 @pytest.mark.parametrize("name", jax_env_names())
 def test_every_jax_env_steps_under_jit_and_vmap_as_its_spec_declares(name):
-    env = envs.make(name)
-    params = env.task_params(jnp.arange(3))
-    actions = some_action(env, params)
-
-    def rollout(key, p, action):
-        obs, state = env.reset(key, p)
-
-        def body(state, k):
-            obs, state, reward, terminated, truncated, _ = env.step(k, state, action, p)
-            return state, (obs, reward, terminated, truncated)
-
-        return obs, jax.lax.scan(body, state, jax.random.split(key, 4))[1]
-
-    run = jax.jit(jax.vmap(rollout))
-    keys = jax.random.split(KEY, 3)
-    first, (obs, rewards, terminated, truncated) = run(keys, params, actions)
-    again = run(keys, params, actions)
-    for a, b in zip(jax.tree.leaves((first, obs, rewards)), jax.tree.leaves(again[:1] + again[1][:2])):
-        np.testing.assert_array_equal(a, b)  # the same key gives the same rollout
-    assert first.shape == (3, *env.observation_shape)
-    assert obs.shape == (3, 4, *env.observation_shape)
-    assert rewards.shape == (3, 4) and rewards.dtype == jnp.float32
-    assert terminated.dtype == jnp.bool_ and truncated.dtype == jnp.bool_
-    assert env.scoring in (envs.REGRET, envs.RETURNS)
+    check_env_contract(envs.make(name))
 
 
 CONFIGS = experiment_configs()

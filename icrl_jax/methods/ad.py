@@ -16,6 +16,7 @@ from icrl_jax.models.heads import smoothed_cross_entropy
 from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
 from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mask
+from icrl_jax.models.compiled import Compiled
 
 
 class ADModel(nn.Module):
@@ -176,6 +177,7 @@ class AD(InContextMethod):
                              Transformer.from_config(model_config), grid_size, encoder,
                              bool(model_config.get("episode_starts", False)),
                              bool(model_config.get("episode_returns", False)))
+        self.model = Compiled(self.model)  # eager init / apply: one program each
 
     def window_ngram_ids(self, window: StepWindows) -> jax.Array | None:
         return None if self.ngram_ids is None else self.ngram_ids(window)

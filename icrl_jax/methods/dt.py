@@ -62,6 +62,7 @@ from icrl_jax.models.dt_tokens import (MultiActionTokens, ReturnEmbedding, Singl
                                        interleave_step_tokens, step_attention_mask)
 from icrl_jax.models.tokens import ObservationEmbedding
 from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_slots
+from icrl_jax.models.compiled import Compiled
 
 TIMESTEP_ENCODINGS = ("timestep", "position", "none")
 ACTION_PREDICTIONS = ("state", "autoregressive")
@@ -356,6 +357,7 @@ class DecisionTransformer(Method):
                              int(model_config.get("cnn_kernel", 4)),
                              int(model_config.get("obs_pool", 1)),
                              float(model_config.embed_norm_epsilon))
+        self.model = Compiled(self.model)  # eager init / apply: one program each
 
     @property
     def num_components(self) -> int:

@@ -40,6 +40,7 @@ from icrl_jax.models.heads import MASKED_LOGIT, mask_logits
 from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.tokens import ADStepTokens
 from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mask
+from icrl_jax.models.compiled import Compiled
 
 EMBEDDING_KINDS = ("orthonormal", "normal")
 LOSSES = ("infonce", "mse")
@@ -302,6 +303,7 @@ class HeadlessAD(InContextMethod):
                                      Transformer.from_config(model_config), grid_size,
                                      bool(model_config.get("reward_gated_actions", False)),
                                      str(model_config.get("prompt_order", "set")))
+        self.model = Compiled(self.model)  # eager init / apply: one program each
 
     @property
     def decode_window(self) -> int:

@@ -43,6 +43,7 @@ from icrl_jax.papers.unimask.masks import (Mask, REGIMES, TASKS, check_snippet_l
                                            evaluation_masks, regime_index, sample_batch_masks)
 from icrl_jax.models.dropout import Dropout
 from icrl_jax.models.transformer import Transformer
+from icrl_jax.models.compiled import Compiled
 
 BACKBONES = ("transformer", "mlp")
 
@@ -192,6 +193,7 @@ class UniMask(Method):
                                 mask_flags=bool(model_config.get("mask_flags", True)),
                                 relu_embedding=model_config.get("input_embedding",
                                                                 "linear") == "relu_scaled")
+        self.model = Compiled(self.model)  # eager init / apply: one program each
 
     # -- data -------------------------------------------------------------------------------
 
