@@ -14,7 +14,6 @@ import json
 import math
 import os
 
-import jax
 import pytest
 
 from icrl_jax import envs
@@ -25,7 +24,6 @@ from icrl_jax.methods import METHODS
 from helpers import check_env_contract, experiment_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KEY = jax.random.PRNGKey(0)
 
 
 #: The MJX envs, whose contract test_mjx_locomotion.py checks (`check_env_contract`, on hopper_v5:
