@@ -8,10 +8,10 @@ and removed at the end. A damaged or half-written entry only costs a recompile: 
 compiles again. Programs with host callbacks are never cached by JAX.
 
 The tests compile far more than they run (tiny models, a few steps each), so XLA's CPU backend
-compiles them with LLVM's optimisation level 0 (`_TEST_XLA_FLAGS`, added to `XLA_FLAGS` for the
-workers and subprocesses; `tests/xla_flags.py` keeps it where a test sets a device count). That
-cuts the compile time of a training step by about 40% for slower code: the whole suite took
-1,217 s against 1,803 s on 2 cores (`benchmarks/RESULTS.md`). Benchmarks and users' runs keep
+compiles them with LLVM's optimisation level 0 and without its newer fusion emitters, both of
+which buy faster code for a longer compile (`_TEST_XLA_FLAGS`, added to `XLA_FLAGS` for the
+workers and subprocesses; `tests/xla_flags.py` keeps them where a test sets a device count; the
+suite's times with and without are in `benchmarks/RESULTS.md`). Benchmarks and users' runs keep
 XLA's defaults.
 """
 
