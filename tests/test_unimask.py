@@ -226,8 +226,8 @@ def test_paper_scale_default_is_the_papers_setting():
                                                 "attention_dropout"))
     assert config.env.kwargs.expert_walls == "authors" and config.model.all_per == "batch"
     assert (config.model.positions, config.model.mask_flags, config.model.rtg_encoding,
-            config.model.input_embedding, config.model.pre_norm) == (
-        "sinusoidal", False, "onehot", "relu_scaled", False)
+            config.model.input_embedding, config.model.pre_norm, config.model.activation) == (
+        "sinusoidal", False, "onehot", "relu_scaled", False, "relu")
     assert config.data.num_test_tasks == 1000 and config.grid.validation_first_task == 1000
     trained = {}
     for _, cfg, regimes in masking_grid._group_configs(config):
@@ -353,12 +353,13 @@ def test_the_authors_architecture_options(doorkey_data, tmp_path):
     theirs = small_config(tmp_path, **{"model.positions": "sinusoidal", "model.mask_flags": False,
                                        "model.rtg_encoding": "onehot",
                                        "model.input_embedding": "relu_scaled",
-                                       "model.pre_norm": False})
+                                       "model.pre_norm": False, "model.activation": "relu"})
     snippets = jax.tree.map(lambda x: x[:4], UniMask(ours.model, env, K).snippets(
         UniMask(ours.model, env, K).episodes(history, env)))
     shapes = {}
     for name, config in (("ours", ours), ("theirs", theirs)):
         method = UniMask(config.model, env, K)
+        assert method.model.backbone.activation == ("relu" if name == "theirs" else "gelu_tanh")
         params = jax.jit(method.init)(jax.random.key(0), snippets)  # jitted: one compile
         shapes[name] = params["embed"]["kernel"].shape[0]
         has_learned = "position_embedding" in str(jax.tree_util.tree_structure(params))

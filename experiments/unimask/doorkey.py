@@ -19,9 +19,8 @@ held-out trajectories (the same at every size), early stopping of ALL / random o
 non-dynamics tasks, ALL's task per batch, fine-tuning from random-mask seed 0 with their
 per-task rates and budgets, sinusoidal positions, no mask flags, the return-to-go one-hot.
 Deliberately ours: each validation loss is the exact expectation over the task's index (theirs
-samples one index per snippet). Deviations: the feed-forward's nonlinearity is the tanh
-GELU (theirs: ReLU, which the shared transformer does not offer); the MLP group trains both
-its regimes for random masking's budget.
+samples one index per snippet). Deviation: the MLP group trains both its regimes for
+random masking's budget.
 `:paper_n50` / `:paper_n500` / `:paper_n1000`: the same at that size on a CPU (`_cpu_preset`).
 `:quick`: one shared small model for every regime, our earlier choices, 3 seeds, minutes.
 """
@@ -120,7 +119,7 @@ PRESETS = {
         "env.kwargs.expert_walls": "blocked_zero", "model.all_per": "snippet",
         "model.positions": "learned", "model.mask_flags": True, "model.rtg_encoding": "scalar",
         "model.input_embedding": "linear", "model.pre_norm": True, "model.norm_epsilon": 1e-6,
-        "train.weight_decay": 0.0, "train.grad_clip": 1.0,
+        "model.activation": "gelu_tanh", "train.weight_decay": 0.0, "train.grad_clip": 1.0,
     },
     "paper_n50": _cpu_preset(50),
     "paper_n500": _cpu_preset(500),
@@ -159,11 +158,11 @@ def get_config(preset: str = ""):
     config.model.mask_flags = False
     config.model.rtg_encoding = "onehot"
     config.model.all_per = "batch"
-    # Their torch TransformerEncoderLayer: post-norm (no final norm), LayerNorm epsilon 1e-5;
-    # the input token's map relu(Linear(x)) * sqrt(d). (Their feed-forward's ReLU is not
-    # offered by the shared transformer: ours keeps the tanh GELU.)
+    # Their torch TransformerEncoderLayer: post-norm (no final norm), LayerNorm epsilon 1e-5,
+    # a ReLU feed-forward; the input token's map relu(Linear(x)) * sqrt(d).
     config.model.pre_norm = False
     config.model.norm_epsilon = 1e-5
+    config.model.activation = "relu"
     config.model.input_embedding = "relu_scaled"
     config.train.num_steps = 60_000  # replaced per group by grid.epochs
     config.train.log_every = 250

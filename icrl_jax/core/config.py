@@ -74,7 +74,7 @@ MODEL_CONSTRAINTS = V.declare("model", (
     V.boolean("model.normalize_qk"), V.boolean("model.causal"),
     V.non_negative_int("model.attention_window", 0),
     V.positive("model.norm_epsilon", 1e-6),
-    V.choice("model.activation", ("gelu_tanh", "gelu_exact", "quick_gelu")),
+    V.choice("model.activation", ("gelu_tanh", "gelu_exact", "quick_gelu", "relu")),
     V.choice("model.norm", ("layernorm", "rmsnorm")), V.choice("model.mlp_type", ("dense", "swiglu")),
     V.non_negative_int("model.mlp_hidden", 0), V.boolean("model.mlp_bias"),
     V.boolean("model.attention_bias"), V.non_negative_int("model.num_kv_heads", 0),

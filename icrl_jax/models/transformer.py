@@ -30,10 +30,12 @@ from icrl_jax.core.config import default_transformer_config  # noqa: F401 (re-ex
 POSITION_KINDS = ("learned", "rotary", "none")
 
 #: The feed-forward's nonlinearity (`Transformer.activation`): GPT-2's tanh GELU (the default),
-#: the exact erf GELU, and CLIP's text encoder's x * sigmoid(1.702 x).
+#: the exact erf GELU, CLIP's text encoder's x * sigmoid(1.702 x), and ReLU (torch's
+#: `TransformerEncoderLayer` default).
 ACTIVATIONS = {"gelu_tanh": lambda x: nn.gelu(x, approximate=True),
                "gelu_exact": lambda x: nn.gelu(x, approximate=False),
-               "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x)}
+               "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
+               "relu": nn.relu}
 
 #: Normalisation layers (`Transformer.norm`): LayerNorm (scale and bias; the default) and RMSNorm
 #: (x / sqrt(mean(x^2) + eps) times a scale, no bias: LLaMA / TinyLlama).
