@@ -76,14 +76,23 @@ def float64_errors(name: str, steps: int) -> dict:
                 terminations_equal=bool(np.array_equal(ours["terminated"], ref["terminated"])))
 
 
-@pytest.mark.parametrize("name,steps", [("hopper_v5", 300), ("walker2d_v5", 300),
-                                        ("halfcheetah_v5", 200)])
-def test_float64_steps_equal_gymnasium_mujoco(name, steps):
+#: (env, steps) of the float64 checks, all in one process (one start, one import of MJX).
+FLOAT64_CHECKS = (("hopper_v5", 300), ("walker2d_v5", 300), ("halfcheetah_v5", 200))
+
+
+@pytest.fixture(scope="module")
+def float64_results() -> dict:
     env = {**os.environ, "JAX_ENABLE_X64": "1", "XLA_FLAGS": xla_flags(os.environ)}
-    out = subprocess.run([sys.executable, __file__, name, str(steps)], capture_output=True,
-                         text=True, env=env, cwd=os.path.dirname(__file__))
+    args = [f"{name}:{steps}" for name, steps in FLOAT64_CHECKS]
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
+                         env=env, cwd=os.path.dirname(__file__))
     assert out.returncode == 0, out.stderr[-3000:]
-    errors = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", [name for name, _ in FLOAT64_CHECKS])
+def test_float64_steps_equal_gymnasium_mujoco(name, float64_results):
+    errors = float64_results[name]
     if TASKS[name].terminates:
         assert errors["falls"] > 0, "the trajectory should include falls (terminations)"
     # Velocities after a contact-rich step carry the solver's rounding, scaled by 1 / dt.
@@ -151,5 +160,6 @@ def test_resets_follow_gymnasiums_noise():
         assert np.abs(qvel.mean()) < 0.05 * s
 
 
-if __name__ == "__main__":  # python tests/test_mjx_locomotion.py ENV STEPS (with JAX_ENABLE_X64=1)
-    print(json.dumps(float64_errors(sys.argv[1], int(sys.argv[2]))))
+if __name__ == "__main__":  # python tests/test_mjx_locomotion.py ENV:STEPS ... (with JAX_ENABLE_X64=1)
+    print(json.dumps({name: float64_errors(name, int(steps))
+                      for name, steps in (arg.split(":") for arg in sys.argv[1:])}))
