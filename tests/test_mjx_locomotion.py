@@ -163,3 +163,17 @@ def test_resets_follow_gymnasiums_noise():
 if __name__ == "__main__":  # python tests/test_mjx_locomotion.py ENV:STEPS ... (with JAX_ENABLE_X64=1)
     print(json.dumps({name: float64_errors(name, int(steps))
                       for name, steps in (arg.split(":") for arg in sys.argv[1:])}))
+
+
+def test_locomotion_datasets_on_d4rl_tasks_store_d4rl_references():
+    """PPO-made datasets on D4RL's tasks are normalised by D4RL's own random and expert returns
+    (hopper's -20.27 and 3234.3: a return of 1422 scores 44.3); on any other env, by our own
+    random and expert policies."""
+    from icrl_jax.data.builders import reference_returns
+    from icrl_jax.data.minari_io import normalized_score
+    ref_min, ref_max, kind = reference_returns(GymMujoco("hopper_v5"), 5.0, 900.0)
+    assert (ref_min, ref_max, kind) == (-20.272305, 3234.3, "d4rl")
+    assert float(normalized_score(1422.06, ref_min, ref_max)) == pytest.approx(44.32, abs=0.01)
+    assert reference_returns(GymMujoco("walker2d_v5"), 0.0, 1.0)[:2] == (1.629008, 4592.3)
+    assert reference_returns(GymMujoco("halfcheetah_v5"), 0.0, 1.0)[:2] == (-280.178953, 12135.0)
+    assert reference_returns(envs.make("point_maze"), 5.0, 900.0) == (5.0, 900.0, "ours")

@@ -54,6 +54,9 @@ class GymMujocoTask:
     healthy_state_range: tuple[float, float] | None = None  # on (qpos, qvel)[2:]
     velocity_clip: float | None = None
     normal_velocity_noise: bool = False  # qvel ~ s * N(0, 1) instead of U(-s, s)
+    # D4RL's random and expert returns of the task (its `infos.py`), the 0 and 100 of the
+    # normalised score every D4RL locomotion table reports.
+    d4rl_reference_scores: tuple[float, float] | None = None
 
     @property
     def terminates(self) -> bool:
@@ -65,14 +68,17 @@ TASKS = {
     "hopper_v5": GymMujocoTask(
         "Hopper-v5", "hopper.xml", frame_skip=4, ctrl_cost_weight=1e-3, reset_noise_scale=5e-3,
         healthy_reward=1.0, healthy_z_range=(0.7, float("inf")), healthy_angle_range=(-0.2, 0.2),
-        healthy_state_range=(-100.0, 100.0), velocity_clip=10.0),
+        healthy_state_range=(-100.0, 100.0), velocity_clip=10.0,
+        d4rl_reference_scores=(-20.272305, 3234.3)),
     "walker2d_v5": GymMujocoTask(
         "Walker2d-v5", "walker2d_v5.xml", frame_skip=4, ctrl_cost_weight=1e-3,
         reset_noise_scale=5e-3, healthy_reward=1.0, healthy_z_range=(0.8, 2.0),
-        healthy_angle_range=(-1.0, 1.0), velocity_clip=10.0),
+        healthy_angle_range=(-1.0, 1.0), velocity_clip=10.0,
+        d4rl_reference_scores=(1.629008, 4592.3)),
     "halfcheetah_v5": GymMujocoTask(
         "HalfCheetah-v5", "half_cheetah.xml", frame_skip=5, ctrl_cost_weight=0.1,
-        reset_noise_scale=0.1, normal_velocity_noise=True),
+        reset_noise_scale=0.1, normal_velocity_noise=True,
+        d4rl_reference_scores=(-280.178953, 12135.0)),
 }
 
 
@@ -108,6 +114,7 @@ class GymMujoco(LocomotionEnv):
         super().__init__(name, self.mj_model.nu, obs_dim, episode_length)
         self.dt = float(self.mj_model.opt.timestep) * self.task.frame_skip
         self.gymnasium_id = self.task.gym_id
+        self.d4rl_reference_scores = self.task.d4rl_reference_scores
 
     @cached_property
     def mjx_model(self):

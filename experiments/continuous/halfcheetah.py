@@ -1,5 +1,6 @@
-"""Decision Transformer on brax halfcheetah, D4RL-style medium / medium-replay / medium-expert data made
-by on-device PPO; the data, model and presets are hopper's (experiments/continuous/hopper.py)."""
+"""Decision Transformer on halfcheetah, D4RL-style medium / medium-replay / medium-expert data made by
+on-device PPO: gymnasium's v5 task on MJX at paper scale and `:quick_mjx`, brax's `halfcheetah` for
+`:quick`; the data, model and presets are hopper's (experiments/continuous/hopper.py)."""
 
 from icrl_jax.experiments.continuous.hopper import locomotion_config
 

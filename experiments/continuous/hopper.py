@@ -1,4 +1,4 @@
-"""Decision Transformer on brax hopper, D4RL-style medium / medium-replay / medium-expert data.
+"""Decision Transformer on hopper, D4RL-style medium / medium-replay / medium-expert data.
 
 Data (`data.builder="locomotion"`, icrl_jax/data/builders.py `LocomotionData`): one on-device PPO
 run (data/sources/ppo.py) trains to `data.expert_steps`; its last agent is our expert, and the
@@ -17,10 +17,19 @@ Paper scale (default): GPT-DTMA App. A's recipe (context 20, lr 1e-4, 10K warmup
 `data.expert_steps` on device, not D4RL's SAC: the normalised score is relative to it, and the
 return targets are set from it (`eval.target_returns`). `:quick`: a short PPO run (its expert is
 far from D4RL's), a 50k-step medium dataset and a small DT, minutes on a 2-core CPU.
+
+Envs: the paper-scale default and `:quick_mjx` run gymnasium's `Hopper-v5` on MJX (`hopper_v5`,
+envs/continuous/mjx_locomotion.py: D4RL's task, so the datasets store D4RL's own reference
+scores and `model@<target>_d4rl_score` is comparable with published tables; the data are still
+our PPO's, not D4RL's SAC). `:quick` runs brax's spring `hopper` (other dynamics, scored against
+our own random and expert): on a CPU brax steps about 100x faster than MJX
+(benchmarks/RESULTS.md, "MJX locomotion envs"), which is why the quick preset keeps it.
+`:quick_mjx` trains PPO for 1M steps (the brax preset: 300k) to get past hopper-v5's standing
+still; the data and DT are otherwise `:quick`'s.
 """
 
 from icrl_jax.experiments.continuous import gpt_dtma_dt_config
-from icrl_jax.core.config import apply_preset, cpu_preset
+from icrl_jax.core.config import apply_preset, cpu_preset, set_dotted
 
 #: Per env: paper-scale PPO steps for the expert, DT return targets and rtg scale (paper / quick).
 ENVS = {
@@ -38,6 +47,16 @@ def quick_preset(name: str) -> dict:
            "train.weight_decay": 0.0,
            "eval.num_envs_per_task": 1, "data.num_test_tasks": 16,
            "eval.target_returns": ENVS[name]["quick_targets"]})
+
+
+def quick_mjx_preset(name: str) -> dict:
+    return {**quick_preset(name), **mjx_env(name), "data.expert_steps": 1_000_000,
+            "eval.target_returns": ENVS[name]["targets"]}
+
+
+def mjx_env(name: str) -> dict:
+    """The env and dataset keys that put experiment `name` on gymnasium's `<Name>-v5` in MJX."""
+    return {"env.name": f"{name}_v5", "data.dataset_id": f"{name}_v5/medium-v0"}
 
 
 def add_locomotion_data(config, name: str) -> None:
@@ -71,7 +90,12 @@ def locomotion_config(name: str, preset: str = ""):
     # No "source" baseline (it would retrain PPO) and no privileged expert; the dataset's
     # stored expert return is the score's 100.
     config.eval.baselines = ("random",)
-    return apply_preset(config, {"quick": quick_preset(name)}, preset)
+    for key, value in mjx_env(name).items():  # paper scale: D4RL's task (module docstring)
+        set_dotted(config, key, value)
+    presets = {"quick": {**quick_preset(name), "env.name": name,
+                         "data.dataset_id": f"{name}/medium-v0"},
+               "quick_mjx": quick_mjx_preset(name)}
+    return apply_preset(config, presets, preset)
 
 
 def get_config(preset: str = ""):

@@ -1,8 +1,8 @@
-"""GPT-DTMA Table 3's analogue on brax halfcheetah (`icrl-jax report --config
-experiments/gpt_dtma/halfcheetah.py[:quick|:smollm2]`): the columns, presets and recipe of `hopper.py`
-on halfcheetah's data (`experiments/continuous/halfcheetah.py`; medium by default,
+"""GPT-DTMA Table 3's analogue on halfcheetah (`icrl-jax report --config
+experiments/gpt_dtma/halfcheetah.py[:quick|:smollm2|:quick_mjx|:smollm2_mjx]`): the columns, presets
+and recipe of `hopper.py` on halfcheetah's data (`experiments/continuous/halfcheetah.py`; medium by default,
 `--config.data.dataset_id=halfcheetah/medium-replay-v0` or `halfcheetah/medium-expert-v0` for the other
-rows).
+rows; `halfcheetah_v5/...` for the MJX data of paper scale and the `_mjx` presets).
 """
 
 from icrl_jax.experiments.gpt_dtma.hopper import locomotion_table

@@ -281,7 +281,9 @@ class LocomotionData(Minari):
        `data.ppo_chunk_updates` updates; the last snapshot is the expert.
     2. The expert's and a uniform random policy's returns (the first episode of each stream, all
        complete since `data.num_steps` >= the episode length) are the reference scores stored
-       with every dataset (D4RL's normalised score: 0 random, 100 our expert).
+       with every dataset (D4RL's normalised score: 0 random, 100 our expert), except on an env
+       that is one of D4RL's tasks (`env.d4rl_reference_scores`, the MJX `*_v5` envs): there
+       D4RL's own references are stored, and ours stay in the metadata.
     3. Medium: the target is `data.medium_fraction` (D4RL: about a third) of the way from the
        random to the expert return on the normalised scale (`random + f * (expert - random)`,
        so a normalised score of 100 f; a third of the raw return can lie below random, e.g.
@@ -353,7 +355,8 @@ class LocomotionData(Minari):
         random_src = build_source("uniform_random", env, env.episode_length, {})
         _, random_ret = self._rollout(env, random_src, params, num_steps,
                                       jax.random.fold_in(key, 2))
-        refs = dict(ref_min_score=random_ret, ref_max_score=expert_ret)
+        ref_min, ref_max, ref_kind = reference_returns(env, random_ret, expert_ret)
+        refs = dict(ref_min_score=ref_min, ref_max_score=ref_max)
 
         # 3. The medium snapshot, its rollout and the replay up to it.
         chunk_returns = [_recent_return(l) for l in logs]
@@ -380,6 +383,7 @@ class LocomotionData(Minari):
                     medium_candidate_returns=[float(r) for r in candidate_returns],
                     medium_snapshot=int(medium_chunk),
                     expert_return=expert_ret, random_return=random_ret,
+                    reference_scores=ref_kind,
                     ppo_train_seconds=train_seconds, generation_seconds=seconds,
                     ppo_returns=np.concatenate([l["mean_return"] for l in logs]).tolist())
         for kind, episodes in (("medium", medium_eps), ("medium-replay", replay_eps),
@@ -425,6 +429,17 @@ class LocomotionData(Minari):
 
 #: Rollouts (one episode each) that measure a medium candidate's own return.
 MEDIUM_EVAL_STREAMS = 8
+
+
+def reference_returns(env, random_return: float, expert_return: float) -> tuple[float, float, str]:
+    """(ref_min_score, ref_max_score, "d4rl" | "ours"): the 0 and 100 of a locomotion dataset's
+    normalised score. An env that is one of D4RL's tasks (`env.d4rl_reference_scores`) scores
+    against D4RL's own references, so its numbers compare with published tables; any other
+    against our random and expert policies' returns."""
+    d4rl = getattr(env, "d4rl_reference_scores", None)
+    if d4rl is not None:
+        return float(d4rl[0]), float(d4rl[1]), "d4rl"
+    return float(random_return), float(expert_return), "ours"
 
 
 def medium_snapshot(chunk_returns, random_return: float, expert_return: float,
