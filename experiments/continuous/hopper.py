@@ -14,8 +14,8 @@ over envs; `eval.json` has `model@<target>_d4rl_score` next to the random baseli
 
 Paper scale (default): GPT-DTMA App. A's recipe (context 20, lr 1e-4, 10K warmup, weight decay
 1e-4, batch 64, 100K updates, a GPT-2-sized DT from scratch). Our expert is PPO's, trained for
-`data.expert_steps` on device, not D4RL's SAC: the normalised score is relative to it, and the
-return targets are set from it (`eval.target_returns`). `:quick`: a short PPO run (its expert is
+`data.expert_steps` on device, not D4RL's SAC: on brax the normalised score is relative to it (on
+the MJX envs, to D4RL's references), and the return targets are set from it (`eval.target_returns`). `:quick`: a short PPO run (its expert is
 far from D4RL's), a 50k-step medium dataset and a small DT, minutes on a 2-core CPU.
 
 Envs: the paper-scale default and `:quick_mjx` run gymnasium's `Hopper-v5` on MJX (`hopper_v5`,
@@ -24,8 +24,8 @@ scores and `model@<target>_d4rl_score` is comparable with published tables; the 
 our PPO's, not D4RL's SAC). `:quick` runs brax's spring `hopper` (other dynamics, scored against
 our own random and expert): on a CPU brax steps about 100x faster than MJX
 (benchmarks/RESULTS.md, "MJX locomotion envs"), which is why the quick preset keeps it.
-`:quick_mjx` trains PPO for 1M steps (the brax preset: 300k) to get past hopper-v5's standing
-still; the data and DT are otherwise `:quick`'s.
+`:quick_mjx` trains PPO for 1M steps (the brax preset: 300k; about 11 min here at 32 envs) for
+an expert nearer D4RL's; the data and DT are otherwise `:quick`'s, with the paper-scale target.
 """
 
 from icrl_jax.experiments.continuous import gpt_dtma_dt_config
