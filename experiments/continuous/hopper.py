@@ -15,8 +15,9 @@ over envs; `eval.json` has `model@<target>_d4rl_score` next to the random baseli
 Paper scale (default): GPT-DTMA App. A's recipe (context 20, lr 1e-4, 10K warmup, weight decay
 1e-4, batch 64, 100K updates, a GPT-2-sized DT from scratch). Our expert is PPO's, trained for
 `data.expert_steps` on device, not D4RL's SAC: on brax the normalised score is relative to it (on
-the MJX envs, to D4RL's references), and the return targets are set from it (`eval.target_returns`). `:quick`: a short PPO run (its expert is
-far from D4RL's), a 50k-step medium dataset and a small DT, minutes on a 2-core CPU.
+the MJX envs, to D4RL's references), and the return targets are set from it
+(`eval.target_returns`). `:quick`: a short PPO run (its expert is far from D4RL's), a 50k-step
+medium dataset and a small DT, minutes on a 2-core CPU.
 
 Envs: the paper-scale default and `:quick_mjx` run gymnasium's `Hopper-v5` on MJX (`hopper_v5`,
 envs/continuous/mjx_locomotion.py: D4RL's task, so the datasets store D4RL's own reference
