@@ -3,7 +3,8 @@
 own vector env (MuJoCo's C simulator, one process: `SyncVectorEnv`) and brax's spring hopper
 (envs/continuous/locomotion.py, the other physics), at N envs, uniform random torques, in one run.
 
-    python benchmarks/bench_mjx_envs.py [--env hopper_v5] [--sizes 1,256,4096] [--steps 100] [--write]
+    python benchmarks/bench_mjx_envs.py [--env hopper_v5] [--sizes 1,256,4096] [--steps 100]
+        [--chunk 2048] [--write]
 
 `--write` puts the table into benchmarks/RESULTS.md (section "MJX locomotion envs").
 """
@@ -26,20 +27,41 @@ from icrl_jax import envs  # noqa: E402
 from icrl_jax.envs.continuous.mjx_locomotion import TASKS  # noqa: E402
 
 
-def jax_env_rate(name: str, num_envs: int, steps: int) -> tuple[float, float]:
-    """(env-steps/s, compile seconds) of a registered JAX env."""
+#: Envs vmapped together at most (the rest in sequence, `lax.map(batch_size=...)`, inside the
+#: same program). jaxlib's batched LAPACK Cholesky (MJX factors each env's mass matrix with it)
+#: splits a batch of more than about 2,800 small matrices into tasks on XLA's CPU thread pool and
+#: waits for them on a pool thread; when as many such calls run at once as the pool has threads
+#: (2 on a 2-core host), every thread waits and the program never finishes.
+CHUNK = 2048
+
+
+def jax_env_rate(name: str, num_envs: int, steps: int, chunk: int = CHUNK) -> tuple[float, float]:
+    """(env-steps/s, compile seconds) of a registered JAX env, N envs a step, `chunk` of them
+    vmapped together (0: all)."""
     env = envs.make(name)
     params = env.default_params
 
+    if 0 < chunk < num_envs and num_envs % chunk:
+        raise ValueError(f"--chunk {chunk} must divide the number of envs {num_envs}")
+
+    def over_envs(f, xs):
+        """vmap(f)(xs), `chunk` envs at a time in sequence (lax.map's own batching cannot
+        reshape MJX's zero-size arrays back)."""
+        if not 0 < chunk < num_envs:
+            return jax.vmap(f)(xs)
+        split = lambda x: x.reshape((num_envs // chunk, chunk) + x.shape[1:])
+        ys = jax.lax.map(jax.vmap(f), jax.tree.map(split, xs))
+        return jax.tree.map(lambda y: y.reshape((num_envs,) + y.shape[2:]), ys)
+
     def run(key):
         keys = jax.random.split(key, num_envs)
-        _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+        _, state = over_envs(lambda k: env.reset(k, params), keys)
 
         def body(state, k):
             ka, ks = jax.random.split(k)
             action = jax.random.uniform(ka, (num_envs, env.action_dim), minval=-1, maxval=1)
-            _, state, reward, *_ = jax.vmap(env.transition, in_axes=(0, 0, 0, None))(
-                jax.random.split(ks, num_envs), state, action, params)
+            _, state, reward, *_ = over_envs(lambda xs: env.transition(*xs, params),
+                                             (jax.random.split(ks, num_envs), state, action))
             return state, reward.sum()
 
         return jax.lax.scan(body, state, jax.random.split(key, steps))[1].sum()
@@ -71,14 +93,16 @@ def main(argv=None):
     parser.add_argument("--env", default="hopper_v5", choices=tuple(TASKS))
     parser.add_argument("--sizes", default="1,256,4096")
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--chunk", type=int, default=CHUNK,
+                        help="envs vmapped together at most (0: all; see CHUNK)")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     brax_name = args.env.removesuffix("_v5")
     rows = []
     for n in [int(s) for s in args.sizes.split(",")]:
-        mjx_rate, mjx_compile = jax_env_rate(args.env, n, args.steps)
+        mjx_rate, mjx_compile = jax_env_rate(args.env, n, args.steps, args.chunk)
         gym_rate = gymnasium_rate(TASKS[args.env].gym_id, n, args.steps)
-        brax_rate, _ = jax_env_rate(brax_name, n, args.steps)
+        brax_rate, _ = jax_env_rate(brax_name, n, args.steps, chunk=0)  # no LAPACK in brax
         rows.append(f"| {n:,} | {mjx_rate:,.0f} | {gym_rate:,.0f} | {mjx_rate / gym_rate:.2f}x | "
                     f"{brax_rate:,.0f} | {mjx_compile:.0f} s |")
         print(rows[-1], flush=True)
@@ -86,7 +110,7 @@ def main(argv=None):
     prose = (f"{TASKS[args.env].gym_id}: env-steps/s over {args.steps} steps of uniform random "
              f"torques (auto-reset), measured one after the other in one run on {cpu_model()} "
              f"with {os.cpu_count()} cores (`{command.strip()}`). MJX: ours, float32, "
-             f"`jit(scan(vmap(step)))`; gymnasium: its `SyncVectorEnv` on MuJoCo's C simulator "
+             f"`jit(scan(vmap(step)))`, at most {args.chunk or 'all'} envs vmapped together; gymnasium: its `SyncVectorEnv` on MuJoCo's C simulator "
              f"(float64); brax: our brax `{brax_name}` (spring backend, other dynamics: not D4RL's).")
     table_section("## MJX locomotion envs", prose,
                   ["N envs", "MJX (ours)", "gymnasium MuJoCo", "MJX / gymnasium", "brax spring",
