@@ -188,7 +188,8 @@ def base_config() -> ml_collections.ConfigDict:
         # Most environments per jitted rollout call (0 = all at once): a rollout's working
         # memory is one chunk's (only the returned (N, T) rewards, actions, ... grow with N),
         # and the progress bar moves once per chunk; results do not depend on it. An
-        # accelerator may want more per call.
+        # accelerator may want more per call; on a CPU keep MJX envs at 2,048 or fewer (jaxlib's
+        # batched LAPACK calls on larger batches can deadlock a small host's thread pool).
         chunk_size=1024,
         every=0,  # `train` also evaluates every this many updates (0: only when training ends)
         # Variant scores average the last `final_window` steps (bandits: expected regret) or
