@@ -110,7 +110,8 @@ def main(argv=None):
     prose = (f"{TASKS[args.env].gym_id}: env-steps/s over {args.steps} steps of uniform random "
              f"torques (auto-reset), measured one after the other in one run on {cpu_model()} "
              f"with {os.cpu_count()} cores (`{command.strip()}`). MJX: ours, float32, "
-             f"`jit(scan(vmap(step)))`, at most {args.chunk or 'all'} envs vmapped together; gymnasium: its `SyncVectorEnv` on MuJoCo's C simulator "
+             f"`jit(scan(vmap(step)))`, at most {args.chunk or 'all'} envs vmapped together; "
+             f"gymnasium: its `SyncVectorEnv` on MuJoCo's C simulator "
              f"(float64); brax: our brax `{brax_name}` (spring backend, other dynamics: not D4RL's).")
     table_section("## MJX locomotion envs", prose,
                   ["N envs", "MJX (ours)", "gymnasium MuJoCo", "MJX / gymnasium", "brax spring",
