@@ -27,8 +27,8 @@ from icrl_jax import envs  # noqa: E402
 from icrl_jax.envs.continuous.mjx_locomotion import TASKS  # noqa: E402
 
 
-#: Envs vmapped together at most (the rest in sequence, `lax.map(batch_size=...)`, inside the
-#: same program). jaxlib's batched LAPACK Cholesky (MJX factors each env's mass matrix with it)
+#: Envs vmapped together at most (the chunks run in sequence, `lax.map` over vmapped chunks,
+#: inside the same program). jaxlib's batched LAPACK Cholesky (MJX factors each env's mass matrix with it)
 #: splits a batch of more than about 2,800 small matrices into tasks on XLA's CPU thread pool and
 #: waits for them on a pool thread; when as many such calls run at once as the pool has threads
 #: (2 on a 2-core host), every thread waits and the program never finishes.
