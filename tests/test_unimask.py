@@ -137,6 +137,8 @@ def test_grid_end_to_end_resumes_and_checks_claims(tmp_path):
     config.train.steps_per_call = 50
     config.grid.finetune_steps = 50
     config.grid.finetune_eval_every = 50
+    config.grid.finetune_from = "seed0"
+    config.grid.finetune_seeds = 3  # more than the regimes' seeds: every one from seed 0
     config.grid.mlp_regimes = ("random",)
     config.grid.dt_regimes = ("behaviour_cloning",)
     config.grid.dt_overrides = {"train": {"num_steps": 50}}  # not the preset's 1000
@@ -147,6 +149,7 @@ def test_grid_end_to_end_resumes_and_checks_claims(tmp_path):
     assert first["rows"] == ["behaviour_cloning", "forward_dynamics", "random",
                              "random+finetune", "(MLP) random", "(DT) behaviour_cloning"]
     assert np.asarray(first["losses"]["random"]).shape == (2, 8)
+    assert np.asarray(first["losses"]["random+finetune"]).shape == (3, 8)
     dt = first["mean"]["(DT) behaviour_cloning"]
     assert dt[0] > 0 and dt[1] > 0 and dt[2:] == [None] * 6  # BC and RC columns only
     assert first["backward_inference"]["consistent_after_rejection"] == 1.0
@@ -164,6 +167,11 @@ def test_grid_end_to_end_resumes_and_checks_claims(tmp_path):
 def test_clear_errors(doorkey_data, tmp_path):
     env, history = doorkey_data
     config = small_config(tmp_path)
+    tuned = small_config(tmp_path / "grid")
+    tuned.grid.num_seeds, tuned.grid.finetune_seeds = 2, 3  # "own": each seed tunes its own
+    with pytest.raises(UserError, match="grid.finetune_seeds=3 with grid.finetune_from='own'"):
+        masking_grid.run_grid(tuned, history, env)
+    assert not os.path.exists(tuned.workdir + "/grid")  # refused before any training
     with pytest.raises(UnknownNameError, match="masking scheme"):
         UniMask(ml_collections.ConfigDict(dict(config.model.to_dict(), regime="bc")), env, K)
     with pytest.raises(UserError, match="too few for one snippet"):
@@ -253,6 +261,11 @@ def test_paper_scale_default_is_the_papers_setting():
     assert budget["reward_conditioned"] == (500 * 10, 5e-6, 50)
     assert budget["inverse_dynamics"] == (1500 * 10, 1e-5, 50)
     assert budget["past_inference"] == (500 * 2, 5e-6, 250)
+    # Cheapest group first (steps x batch x tasks); behaviour cloning + forward dynamics last.
+    groups = masking_grid._finetune_groups(config)
+    costs = [cfg.train.num_steps * cfg.train.batch_size * len(tasks) for _, cfg, tasks, _ in groups]
+    assert costs == sorted(costs) and set(groups[-1][2]) == {"behaviour_cloning", "forward_dynamics"}
+    assert groups[0][2] == ["reward_conditioned"]
     # The budgets follow the data size: at 50 trajectories an epoch is one batch.
     small = get_config("paper_n50")
     steps = {r: cfg.train.num_steps for _, cfg, rs in masking_grid._group_configs(small) for r in rs}

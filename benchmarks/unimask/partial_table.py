@@ -21,27 +21,56 @@ from icrl_jax.experiments.unimask.doorkey import get_config
 from icrl_jax.papers.unimask import grid as G
 
 
+def _saved(workdir: str, name: str):
+    """(best.npz contents, steps trained) of a group, or None before its first evaluation."""
+    path = os.path.join(workdir, "grid", name, "best.npz")
+    if not os.path.exists(path):  # a group trained before model.mlp_hidden joined the names
+        name = re.sub(r"_mlp_hidden\d+", "", name)
+        path = os.path.join(workdir, "grid", name, "best.npz")
+    if not os.path.exists(path):
+        return None
+    return dict(np.load(path)), latest_checkpoint_step(os.path.join(workdir, "grid", name)) or 0
+
+
+def _progress(row: str, name: str, done: int, total: int, steps) -> str:
+    return (f"| {row} | {name} | {done:,} of {total:,} ({done / total:.0%}) | "
+            f"{', '.join(f'{int(s):,}' for s in steps)} |")
+
+
 def main(workdir: str, preset: str, out: str | None = None) -> None:
     config = get_config(preset)
-    seeds = int(config.grid.num_seeds)
     mean, sem, progress, losses = {}, {}, [], {}
     for name, cfg, regimes in G._group_configs(config):
-        path = os.path.join(workdir, "grid", name, "best.npz")
-        if not os.path.exists(path):  # a group trained before model.mlp_hidden joined the names
-            name = re.sub(r"_mlp_hidden\d+", "", name)
-            path = os.path.join(workdir, "grid", name, "best.npz")
-        if not os.path.exists(path):
+        saved = _saved(workdir, name)
+        if saved is None:
             continue
-        best = np.load(path)
-        done = latest_checkpoint_step(os.path.join(workdir, "grid", name)) or 0
-        total = int(cfg.train.num_steps)
+        (best, done), total = saved, int(cfg.train.num_steps)
+        seeds = len(best["score"]) // len(regimes)  # replicas are regime-major
         for i, regime in enumerate(regimes):
-            rows = best["losses"][i * seeds:(i + 1) * seeds]
-            losses[regime] = rows
-            mean[regime], sem[regime] = (x.tolist() for x in seed_mean_sem(rows))
-            steps = best["step"][i * seeds:(i + 1) * seeds].tolist()
-            progress.append(f"| {regime} | {name} | {done:,} of {total:,} ({done / total:.0%}) | "
-                            f"{', '.join(f'{s:,}' for s in steps)} |")
+            losses[regime] = best["losses"][i * seeds:(i + 1) * seeds]
+            progress.append(_progress(regime, name, done, total,
+                                      best["step"][i * seeds:(i + 1) * seeds]))
+    # "random+finetune": each column from the model fine-tuned on that column's task.
+    tuned = {}
+    for name, cfg, tasks, _ in G._finetune_groups(config):
+        saved = _saved(workdir, name)
+        if saved is None:
+            continue
+        (best, done), total = saved, int(cfg.train.num_steps)
+        seeds = len(best["score"]) // len(tasks)
+        for j, task in enumerate(tasks):
+            tuned[task] = best["losses"][j * seeds:(j + 1) * seeds, list(G.TASKS).index(task)]
+            progress.append(_progress(f"{G.FINETUNED}: {task}", name, done, total,
+                                      best["step"][j * seeds:(j + 1) * seeds]))
+    if tuned:
+        seeds = max(len(v) for v in tuned.values())
+        row = np.full((seeds, len(G.TASKS)), np.nan)
+        for task, values in tuned.items():
+            row[:len(values), list(G.TASKS).index(task)] = values
+        losses[G.FINETUNED] = row
+    for row, values in losses.items():
+        mean[row], sem[row] = (x.tolist() for x in seed_mean_sem(values))
+    seeds = ", ".join(sorted({str(len(v)) for v in losses.values()}))
     print(G.appendix_comparison(mean, sem, int(config.data.num_train_tasks), seeds))
     print("| Row | group | steps trained (of the authors' budget) | best step per seed |\n"
           "|---|---|---|---|")
@@ -49,8 +78,6 @@ def main(workdir: str, preset: str, out: str | None = None) -> None:
     if out:
         os.makedirs(out, exist_ok=True)
         G.write_heatmaps(G.summarise(losses, 0.0, config), out)
-
-
 
 
 if __name__ == "__main__":

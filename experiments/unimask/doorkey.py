@@ -184,6 +184,7 @@ def get_config(preset: str = ""):
         overrides=PAPER_OVERRIDES,
         finetune=True,
         finetune_from="seed0",  # every fine-tuned seed starts from random-mask seed 0 (theirs)
+        finetune_seeds=0,  # fine-tuned seeds per task; 0: grid.num_seeds
         finetune_learning_rate=1e-5,  # used where finetune_overrides gives none
         finetune_steps=6000,
         finetune_eval_every=500,

@@ -382,7 +382,9 @@ def _finetune_groups(config):
             _epochs_to_steps(cfg)
             name = f"finetune_batch{batch}_ep{cfg.grid.epochs}"
         out.append((name, cfg, tasks, budget))
-    return out
+    # Cheapest first (steps x batch x tasks), so that a run cut short has the most tasks.
+    return sorted(out, key=lambda g: int(g[1].train.num_steps) * int(g[1].train.batch_size)
+                  * len(g[2]))
 
 
 def run_grid(config, dataset, env) -> dict[str, Any]:
@@ -398,6 +400,12 @@ def run_grid(config, dataset, env) -> dict[str, Any]:
     validation = validation_episodes(config, env, base)
     num_seeds = int(grid.num_seeds)
     seeds = [int(config.seed) + s for s in range(num_seeds)]
+    tuned = int(grid.get("finetune_seeds", 0)) or num_seeds  # fine-tuned seeds per task
+    tuned_seeds = [int(config.seed) + s for s in range(tuned)]
+    from_own = grid.get("finetune_from", "own") != "seed0"
+    if grid.finetune and from_own and tuned > num_seeds:
+        raise UserError(f"grid.finetune_seeds={tuned} with grid.finetune_from='own': at most "
+                        f"grid.num_seeds={num_seeds} (each seed fine-tunes its own model)")
     show = bool(config.run.progress)
     start = time.perf_counter()
     rows: dict[str, np.ndarray] = {}  # row name -> losses (num_seeds, 8)
@@ -421,17 +429,16 @@ def run_grid(config, dataset, env) -> dict[str, Any]:
                                   _Group.params_of(best))
         finetuned = {}
         for name, cfg, tasks, budget in _finetune_groups(config):
-            reps = np.repeat(tasks, num_seeds)
-            from_seed = ([0] * num_seeds if grid.get("finetune_from", "own") == "seed0"
-                         else list(range(num_seeds)))
-            group = _unimask_group(name, cfg, env, data, validation, reps, seeds * len(tasks),
+            reps = np.repeat(tasks, tuned)
+            from_seed = list(range(tuned)) if from_own else [0] * tuned
+            group = _unimask_group(name, cfg, env, data, validation, reps, tuned_seeds * len(tasks),
                                    pretrained=pretrained, init_from=from_seed * len(tasks),
                                    learning_rate=[budget[t]["learning_rate"] for t in reps],
                                    state_weight=[budget[t]["state_weight"] for t in reps],
                                    num_steps=int(cfg.train.num_steps))
             out = group.run(int(cfg.grid.eval_every), show)
             for j, t in enumerate(tasks):
-                finetuned[t] = out["losses"][j * num_seeds:(j + 1) * num_seeds, list(TASKS).index(t)]
+                finetuned[t] = out["losses"][j * tuned:(j + 1) * tuned, list(TASKS).index(t)]
         # Row "random+finetune": each column from the model fine-tuned on that column's task.
         rows[FINETUNED] = np.stack([finetuned[t] for t in TASKS], axis=1)
     if len(grid.mlp_regimes):
