@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 
 import numpy as np
 
@@ -68,8 +69,10 @@ def main(workdir: str, preset: str, out: str | None = None) -> None:
         for task, values in tuned.items():
             row[:len(values), list(G.TASKS).index(task)] = values
         losses[G.FINETUNED] = row
-    for row, values in losses.items():
-        mean[row], sem[row] = (x.tolist() for x in seed_mean_sem(values))
+    with warnings.catch_warnings():  # columns not fine-tuned yet are all NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for row, values in losses.items():
+            mean[row], sem[row] = (x.tolist() for x in seed_mean_sem(values))
     seeds = ", ".join(sorted({str(len(v)) for v in losses.values()}))
     print(G.appendix_comparison(mean, sem, int(config.data.num_train_tasks), seeds))
     print("| Row | group | steps trained (of the authors' budget) | best step per seed |\n"
