@@ -95,6 +95,24 @@ def test_forward_dynamics_is_learnt_on_a_tiny_dataset(doorkey_data, tmp_path):
     assert float(losses_after[forward]) < 0.5
 
 
+def test_authors_inverse_dynamics_index_changes_only_that_column_and_the_signature(doorkey_data,
+                                                                                  tmp_path):
+    env, history = doorkey_data
+    ours = small_config(tmp_path)
+    theirs = small_config(tmp_path, **{"model.inverse_dynamics_index": "authors"})
+    a, b = UniMask(ours.model, env, K), UniMask(theirs.model, env, K)
+    snippets = a.snippets(a.episodes(history, env))
+    params = a.init(jax.random.key(0), jax.tree.map(lambda x: x[:2], snippets))
+    la, lb = np.asarray(a.task_losses(params, snippets)), np.asarray(b.task_losses(params, snippets))
+    inverse = list(TASKS).index("inverse_dynamics")
+    np.testing.assert_allclose(np.delete(la, inverse), np.delete(lb, inverse), rtol=1e-6)
+    assert abs(la[inverse] - lb[inverse]) > 1e-4  # one index in k - 1 asks another question
+    # A checkpoint of one is refused by the other; the default's signature is unchanged.
+    assert UniMask.signature(theirs, env) == dict(UniMask.signature(ours, env),
+                                                  inverse_dynamics_index="authors")
+    assert "inverse_dynamics_index" not in UniMask.signature(ours, env)
+
+
 def test_policies_act_in_the_env_and_rtg_needs_an_rtg_regime(doorkey_data, tmp_path):
     env, _ = doorkey_data
     config = small_config(tmp_path)

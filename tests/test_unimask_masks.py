@@ -44,6 +44,21 @@ def test_task_masks_by_hand(name, index, expected):
     check(M.TASKS[name].mask(jnp.int32(index), K), *expected)
 
 
+def test_authors_inverse_dynamics_wraps_round_at_index_zero():
+    authors = M.task_set("authors")["inverse_dynamics"]
+    #                                         state_in action_in rtg  state_pred action_pred
+    check(authors.mask(jnp.int32(0), K), "10000", "00001", False, "00001", "00000")
+    check(authors.mask(jnp.int32(1), K), "01000", "10000", False, "10000", "00000")
+    np.testing.assert_array_equal(authors.indices(K), np.arange(K - 1))  # 0..k-2
+    wrapped = M.evaluation_masks("inverse_dynamics", K, M.task_set("authors"))
+    assert wrapped.state_in.shape[0] == K - 1
+    assert {n: t for n, t in M.task_set("authors").items() if n != "inverse_dynamics"} == {
+        n: t for n, t in M.TASKS.items() if n != "inverse_dynamics"}
+    assert M.task_set("ours") is M.TASKS
+    with pytest.raises(UserError, match="model.inverse_dynamics_index must be one of"):
+        M.task_set("theirs")
+
+
 def test_waypoints_are_the_authors():
     assert M.waypoints(10) == (0, 3, 6, 9) and M.waypoints(5) == (0, 1, 3, 4)
 
@@ -57,14 +72,25 @@ def test_evaluation_masks_enumerate_each_index_range():
 
 def test_sampled_task_masks_are_the_enumerated_ones_uniformly():
     keys = jax.random.split(jax.random.key(0), 4000)
-    for name in ("goal_conditioned", "past_inference"):
-        sampled = jax.vmap(lambda k: M.sample_mask(name, k, K))(keys)
-        table = M.evaluation_masks(name, K)
-        codes = lambda m: np.asarray(m.state_in) @ (2 ** np.arange(K))
-        sample_codes, table_codes = codes(sampled), codes(table)
-        assert set(sample_codes) == set(table_codes)
-        counts = np.array([(sample_codes == c).sum() for c in table_codes]) / len(keys)
-        np.testing.assert_allclose(counts, 1 / len(table_codes), atol=0.03)
+
+    def codes(m):  # one integer per mask: its visible states and actions
+        return (np.asarray(m.state_in) @ (2 ** np.arange(K))
+                + np.asarray(m.action_in) @ (2 ** np.arange(K, 2 * K)))
+
+    for name, tasks in (("goal_conditioned", M.TASKS), ("past_inference", M.TASKS),
+                        ("inverse_dynamics", M.task_set("authors"))):
+        for sampled in (jax.vmap(lambda k: M.sample_mask(name, k, K, tasks))(keys),
+                        M.sample_batch_masks(name, keys[0], K, len(keys), "batch", tasks)):
+            table = M.evaluation_masks(name, K, tasks)
+            sample_codes, table_codes = codes(sampled), codes(table)
+            assert set(sample_codes) == set(table_codes)
+            counts = np.array([(sample_codes == c).sum() for c in table_codes]) / len(keys)
+            np.testing.assert_allclose(counts, 1 / len(table_codes), atol=0.03)
+    # ALL draws the authors' wrap-round too: one task in 8, then one index in k - 1.
+    wrap = codes(M.task_set("authors")["inverse_dynamics"].mask(0, K))
+    drawn = codes(jax.vmap(lambda k: M.all_tasks_mask(k, K, M.task_set("authors")))(keys))
+    assert abs(np.mean(drawn == wrap) - 1 / (8 * (K - 1))) < 0.012
+    assert not (codes(jax.vmap(lambda k: M.all_tasks_mask(k, K))(keys)) == wrap).any()
 
 
 def test_random_masking_hides_a_uniform_number_of_tokens():
@@ -141,6 +167,13 @@ def test_task_masks_are_the_authors(authors, task):
         assert w[:, 0].sum() == w[:, 1].sum() == w[:, 3].sum() == wrap.sum()
         theirs, index = theirs[~wrap], index[~wrap]
         np.testing.assert_array_equal(np.unique(index), np.arange(1, KF - 1))
+        # The authors' task set has their wrap-round: every drawn index, exactly.
+        full = authors[f"{task}/masks"].astype(bool)
+        wrapped = jax.vmap(lambda i: M.task_set("authors")[task].mask(i, KF))(
+            jnp.asarray(authors[f"{task}/index"]))
+        for row, field in ((0, "state_in"), (1, "action_in"), (3, "state_pred"),
+                           (4, "action_pred")):
+            np.testing.assert_array_equal(getattr(wrapped, field), full[:, row], field)
     ours = jax.vmap(lambda i: M.TASKS[task].mask(i, KF))(jnp.asarray(index))
     # Their return-to-go mask is per timestep; only the first token's can be visible.
     assert not theirs[:, 2, 1:].any()

@@ -20,6 +20,8 @@ def unimask_model_config() -> ml_collections.ConfigDict:
         mlp_width=128,
         # ALL's task: drawn per snippet, or per batch (the authors' trainer)
         all_per="snippet",
+        # Inverse dynamics' index: "ours" (1..k-1) or the authors' (0..k-2; 0 wraps round)
+        inverse_dynamics_index="ours",
         # Architecture: "learned" positions (ours) or the authors' fixed "sinusoidal" ones
         positions="learned",
         mask_flags=True,  # visibility flags in each token (ours); the authors' tokens have none
@@ -42,6 +44,7 @@ UNIMASK_CONSTRAINTS = V.declare("unimask", (
     V.positive("model.rtg_scale", 10.0), V.positive("model.max_timestep", 10.0),
     V.positive_int("model.mlp_layers", 3), V.positive_int("model.mlp_width", 128),
     V.choice("model.all_per", ("snippet", "batch")),
+    V.choice("model.inverse_dynamics_index", ("ours", "authors")),
     V.choice("model.positions", ("learned", "sinusoidal")), V.boolean("model.mask_flags"),
     V.choice("model.rtg_encoding", ("scalar", "onehot")),
     V.choice("model.input_embedding", ("linear", "relu_scaled")),

@@ -15,7 +15,9 @@ action_pred `(k,)` (tokens in the loss). Index conventions follow the authors' b
 * past inference, i in [1, k]: s_i.. and a_i.. visible; predict s_0..s_{i-1}, a_0..a_{i-1}.
 * forward dynamics, i in [0, k-2]: s_i, a_i visible; predict s_{i+1}.
 * inverse dynamics (the paper's name for backwards dynamics), i in [1, k-1]: s_i, a_{i-1}
-  visible; predict s_{i-1}.
+  visible; predict s_{i-1}. The authors' batch class draws i in [0, k-2] and builds its masks
+  before shifting i, so i = 0 wraps round (s_0, a_{k-1} visible; predict s_{k-1}):
+  `task_set("authors")` has that task instead, for comparing with their numbers.
 * ALL: one of the eight above, uniformly, per snippet (`all_per="snippet"`), or one task for a
   whole batch (`all_per="batch"`: the authors' trainer switches the task between batches).
 * random: p ~ U[0, 1] per snippet; each state and action token hidden with probability p; the
@@ -99,6 +101,13 @@ def inverse_dynamics(i, k: int) -> Mask:
     return Mask(t == i, t == i - 1, jnp.bool_(False), t == i - 1, _none(k))
 
 
+def inverse_dynamics_wrapped(i, k: int) -> Mask:
+    """The authors' inverse dynamics for i in [0, k-2]: i >= 1 is `inverse_dynamics`; i = 0
+    shows s_0 and a_{k-1} and predicts s_{k-1} (their index -1)."""
+    t, prev = _t(k), (i - 1) % k
+    return Mask(t == i, t == prev, jnp.bool_(False), t == prev, _none(k))
+
+
 class Task(NamedTuple):
     """A single-task scheme: `mask(i, k)` for i in [low, k + high_offset]."""
 
@@ -123,6 +132,18 @@ TASKS: dict[str, Task] = {
 }
 #: Training regimes: every task alone, ALL (multi-task) and random masking.
 REGIMES: tuple[str, ...] = tuple(TASKS) + ("all", "random")
+#: `model.inverse_dynamics_index`: "ours" (i in [1, k-1]) or "authors" (their wrap-round).
+INVERSE_DYNAMICS_INDEX = ("ours", "authors")
+
+
+def task_set(inverse_dynamics_index: str = "ours") -> dict[str, Task]:
+    """The eight evaluation tasks (`TASKS`' names and order) with the given inverse dynamics."""
+    if inverse_dynamics_index not in INVERSE_DYNAMICS_INDEX:
+        raise UserError(f"model.inverse_dynamics_index must be one of {INVERSE_DYNAMICS_INDEX}, "
+                        f"got {inverse_dynamics_index!r}")
+    if inverse_dynamics_index == "ours":
+        return TASKS
+    return dict(TASKS, inverse_dynamics=Task(inverse_dynamics_wrapped, 0, -2))
 
 
 def _sample_task(task: Task, key, k: int) -> Mask:
@@ -140,11 +161,11 @@ def random_mask(key, k: int) -> Mask:
                 action_hidden)
 
 
-def all_tasks_mask(key, k: int) -> Mask:
+def all_tasks_mask(key, k: int, tasks: dict[str, Task] = TASKS) -> Mask:
     """ALL: one task uniformly at random, then its index uniformly."""
     pick, index = jax.random.split(key)
-    branches = [lambda kk, task=task: _sample_task(task, kk, k) for task in TASKS.values()]
-    return jax.lax.switch(jax.random.randint(pick, (), 0, len(TASKS)), branches, index)
+    branches = [lambda kk, task=task: _sample_task(task, kk, k) for task in tasks.values()]
+    return jax.lax.switch(jax.random.randint(pick, (), 0, len(tasks)), branches, index)
 
 
 def regime_index(name: str) -> int:
@@ -166,13 +187,13 @@ def check_snippet_len(k: int) -> None:
                         f"needed by {', '.join(short)}")
 
 
-def sample_mask(regime, key, k: int) -> Mask:
+def sample_mask(regime, key, k: int, tasks: dict[str, Task] = TASKS) -> Mask:
     """One training mask of regime `regime` (a name, or its index in `REGIMES`, may be traced:
-    replicas of different regimes train side by side under `vmap`)."""
+    replicas of different regimes train side by side under `vmap`); `tasks`: `task_set(...)`."""
     if isinstance(regime, str):
         regime = regime_index(regime)
-    branches = [lambda kk, task=task: _sample_task(task, kk, k) for task in TASKS.values()]
-    branches += [lambda kk: all_tasks_mask(kk, k), lambda kk: random_mask(kk, k)]
+    branches = [lambda kk, task=task: _sample_task(task, kk, k) for task in tasks.values()]
+    branches += [lambda kk: all_tasks_mask(kk, k, tasks), lambda kk: random_mask(kk, k)]
     return jax.lax.switch(jnp.asarray(regime, jnp.int32), branches, key)
 
 
@@ -180,7 +201,8 @@ def sample_mask(regime, key, k: int) -> Mask:
 ALL_PER = ("snippet", "batch")
 
 
-def sample_batch_masks(regime, key, k: int, batch: int, all_per: str = "snippet") -> Mask:
+def sample_batch_masks(regime, key, k: int, batch: int, all_per: str = "snippet",
+                       tasks: dict[str, Task] = TASKS) -> Mask:
     """Training masks of a batch of `batch` snippets, fields `(batch, k)` (rtg_in `(batch,)`):
     each snippet's own draw of `sample_mask`, except that ALL with `all_per="batch"` draws one
     task for the whole batch (each snippet then draws its own index)."""
@@ -191,8 +213,8 @@ def sample_batch_masks(regime, key, k: int, batch: int, all_per: str = "snippet"
     task_key, mask_key = jax.random.split(key)
     keys = jax.random.split(mask_key, batch)
     if all_per == "snippet":
-        return jax.vmap(lambda kk: sample_mask(regime, kk, k))(keys)
-    tasks = list(TASKS.values())
+        return jax.vmap(lambda kk: sample_mask(regime, kk, k, tasks))(keys)
+    tasks = list(tasks.values())
 
     def one_task(kk, task_index):
         branches = [lambda kq, task=task: _sample_task(task, kq, k) for task in tasks]
@@ -208,11 +230,11 @@ def sample_batch_masks(regime, key, k: int, batch: int, all_per: str = "snippet"
     return jax.tree.map(lambda a, b: jnp.where(is_random, a, b), random, per_task)
 
 
-def evaluation_masks(task: str, k: int) -> Mask:
+def evaluation_masks(task: str, k: int, tasks: dict[str, Task] = TASKS) -> Mask:
     """Every mask of evaluation task `task`, stacked along a leading axis (one per index)."""
-    if task not in TASKS:
-        raise unknown_name("evaluation task", task, TASKS)
-    spec = TASKS[task]
+    if task not in tasks:
+        raise unknown_name("evaluation task", task, tasks)
+    spec = tasks[task]
     if k + spec.high_offset < spec.low:
         raise UserError(f"{task} needs snippets of at least {spec.low - spec.high_offset} "
                         f"steps, got k={k}")

@@ -40,7 +40,8 @@ from icrl_jax.core.errors import UserError
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
 from icrl_jax.papers.unimask.masks import (Mask, REGIMES, TASKS, check_snippet_len,
-                                           evaluation_masks, regime_index, sample_batch_masks)
+                                           evaluation_masks, regime_index, sample_batch_masks,
+                                           task_set)
 from icrl_jax.models.dropout import Dropout
 from icrl_jax.models.transformer import Transformer
 from icrl_jax.models.compiled import Compiled
@@ -142,8 +143,11 @@ class UniMask(Method):
 
     @classmethod
     def signature(cls, config, env) -> dict:
+        index = config.model.get("inverse_dynamics_index", "ours")
+        # Named only when not the default, so that earlier checkpoints still restore.
         return dict(super().signature(config, env), backbone=config.model.backbone,
-                    snippet_len=int(config.train.seq_len))
+                    snippet_len=int(config.train.seq_len),
+                    **({} if index == "ours" else {"inverse_dynamics_index": index}))
 
     def __init__(self, model_config, env, snippet_len: int, pretrained=None):
         if env.continuous_actions != (not env.discrete_observations):
@@ -171,6 +175,7 @@ class UniMask(Method):
         self.pretrained = pretrained
         self.init_from = model_config.get("init_from", 0)
         self.all_per = str(model_config.get("all_per", "snippet"))
+        self.tasks = task_set(str(model_config.get("inverse_dynamics_index", "ours")))
         self.rtg_encoding = str(model_config.get("rtg_encoding", "scalar"))
         self.rtg_low = int(model_config.get("rtg_low", -6))
         self.rtg_high = int(model_config.get("rtg_high", 10))
@@ -298,7 +303,7 @@ class UniMask(Method):
     def loss(self, params, batch: Trajectories, key: jax.Array):
         mask_key, dropout_key = jax.random.split(key)
         mask = sample_batch_masks(self.regime, mask_key, self.snippet_len, batch.actions.shape[0],
-                                  self.all_per)
+                                  self.all_per, self.tasks)
         parts = self.losses(params, batch, mask, deterministic=False, key=dropout_key)
         loss = self.action_weight * parts["action_loss"] + self.state_weight * parts["state_loss"]
         return loss, dict(parts, loss=loss)
@@ -309,7 +314,7 @@ class UniMask(Method):
         expectation over the task's uniform index)."""
         out = []
         for task in tasks:
-            masks = evaluation_masks(task, self.snippet_len)
+            masks = evaluation_masks(task, self.snippet_len, self.tasks)
             per_index = jax.vmap(lambda m: self._under_mask(params, snippets, m))(masks)
             # The mean over the task's predicted tokens of each kind, pooled over the indices.
             out.append(_pooled(per_index))
