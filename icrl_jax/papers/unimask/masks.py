@@ -214,13 +214,13 @@ def sample_batch_masks(regime, key, k: int, batch: int, all_per: str = "snippet"
     keys = jax.random.split(mask_key, batch)
     if all_per == "snippet":
         return jax.vmap(lambda kk: sample_mask(regime, kk, k, tasks))(keys)
-    tasks = list(tasks.values())
+    specs = list(tasks.values())
 
     def one_task(kk, task_index):
-        branches = [lambda kq, task=task: _sample_task(task, kq, k) for task in tasks]
+        branches = [lambda kq, task=task: _sample_task(task, kq, k) for task in specs]
         return jax.lax.switch(task_index, branches, kk)
 
-    task_of_batch = jax.random.randint(task_key, (), 0, len(tasks))
+    task_of_batch = jax.random.randint(task_key, (), 0, len(specs))
     regime = jnp.asarray(regime, jnp.int32)
     # Single tasks keep their own; ALL takes the batch's task; random masking is drawn as usual.
     chosen = jnp.where(regime == REGIMES.index("all"), task_of_batch, jnp.minimum(regime, len(tasks) - 1))
