@@ -137,6 +137,21 @@ def test_a_run_killed_while_writing_ends_as_an_uninterrupted_one(tmp_path, unint
     assert_same_results(results(workdir), uninterrupted)
 
 
+def test_a_checkpoint_of_another_activation_is_refused_in_one_line(tmp_path):
+    """Same parameter shapes, another function: resuming with the backbone's activation changed
+    exits 2 naming the setting, and leaves the checkpoints as they were."""
+    workdir = tmp_path / "run"
+    out = icrl_jax("train", *TINY, f"--config.workdir={workdir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    before = sorted(os.listdir(workdir / "checkpoints"))
+    out = icrl_jax("train", *TINY, f"--config.workdir={workdir}", "--config.model.activation=relu",
+                   "--config.train.num_steps=40")
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "written by a different model" in lines[0], out.stderr
+    assert lines[0].endswith("differing fields: model.activation: None (checkpoint) vs 'relu' (now)"), lines[0]
+    assert sorted(os.listdir(workdir / "checkpoints")) == before
+
 # --- damaged and mismatched datasets, missing simulators (in process) ---------------------------
 
 def tiny_config(workdir, **data):
@@ -188,3 +203,27 @@ def test_a_dataset_made_for_another_config_names_both_shapes(tmp_path):
     other = tiny_config(tmp_path, num_steps=50, histories_per_task=2)  # quick preset: 8 a task
     with pytest.raises(UserError, match=r"holds 64 histories x 50 steps, .* makes 16 x 50"):
         builders.open_dataset(other, env)
+
+
+def test_a_dataset_made_by_another_source_is_refused_naming_the_key(tmp_path):
+    """Same shapes, other data: refused with the key that differs; another seed is allowed."""
+    from icrl_jax.data import builders
+
+    config = tiny_config(tmp_path, num_steps=50)
+    env = envs.make(config.env.name, **config.env.kwargs.to_dict())
+    made = builders.open_dataset(config, env)
+    other = tiny_config(tmp_path, num_steps=50)
+    other.data.source_kwargs.eps = 0.5
+    with pytest.raises(builders.DatasetShapeError,
+                       match=r"histories.npz was made with data.source_kwargs=\{'eps': 0.1\}, "
+                             r"but the config asks for \{'eps': 0.5\}"):
+        builders.open_dataset(other, env)
+    other = tiny_config(tmp_path, num_steps=50, source="uniform_random")
+    other.data.source_kwargs = {}
+    with pytest.raises(UserError, match=r"made with data.source='grid_explorer', but the config "
+                                        r"asks for 'uniform_random'"):
+        builders.open_dataset(other, env)
+    other = tiny_config(tmp_path, num_steps=50)
+    other.seed = 3
+    reused = builders.open_dataset(other, env)
+    assert (reused.actions == made.actions).all()

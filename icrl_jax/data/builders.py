@@ -173,10 +173,29 @@ class Histories(Builder):
         return load_history(path)[0]
 
     def check(self, config, env, dataset, path: str, rows=None) -> None:
-        """The histories' count and length are what the config makes (a dataset made for other
-        task counts or `data.num_steps` would train on data the config does not describe)."""
+        """The histories' count, length and provenance (env, its kwargs, source and its kwargs)
+        are what the config makes: a dataset made for another config would train on data the
+        config does not describe. The seed may differ (other draws of the same law: several
+        training seeds may share one dataset)."""
         if env.host:
             return
+        with np.load(path) as f:
+            made = json.loads(str(f["metadata"])) if "metadata" in f.files else {}
+        asked = {"env.name": config.env.name, "env.kwargs": config.env.kwargs.to_dict(),
+                 "data.source": config.data.source,
+                 "data.source_kwargs": config.data.source_kwargs.to_dict()}
+        stored = {"env.name": made.get("env"), "env.kwargs": made.get("env_kwargs"),
+                  "data.source": made.get("source"),
+                  "data.source_kwargs": made.get("source_kwargs")}
+        # json round trip: tuples in the config are lists in the file
+        asked = json.loads(json.dumps(asked, default=str))
+        differ = [k for k in asked if stored[k] is not None and stored[k] != asked[k]]
+        if differ:
+            key = differ[0]
+            raise DatasetShapeError(
+                f"dataset {path} was made with {key}={stored[key]!r}, but the config asks for "
+                f"{asked[key]!r}; delete it, or pass another --config.data.path or "
+                f"--config.workdir")
         want = (len(rows.indices) if rows is not None else self.num_rows(config, env),
                 int(config.data.num_steps))
         have = (int(dataset.num_histories), int(dataset.length))

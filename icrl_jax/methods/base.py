@@ -22,6 +22,7 @@ import abc
 from typing import Any, ClassVar
 
 from icrl_jax.data.train_data import TrainData
+from icrl_jax.models.transformer import Transformer
 
 
 class Method(abc.ABC):
@@ -49,9 +50,11 @@ class Method(abc.ABC):
     def signature(cls, config, env) -> dict[str, Any]:
         """What a checkpoint must agree on to be restored into this run's model (parameter shapes
         are compared by the checkpointer itself)."""
+        backbone = Transformer.changed_settings(config.model)
         return dict(method=cls.name, env=config.env.name,
                     num_actions=None if cls.any_action_count else env.num_actions,
-                    num_observations=env.num_observations)
+                    num_observations=env.num_observations,
+                    **{f"model.{k}": v for k, v in backbone.items()})
 
     @classmethod
     def label(cls, config) -> str:

@@ -209,6 +209,27 @@ class Transformer(nn.Module):
         kwargs.update(overrides)
         return cls(**kwargs)
 
+    #: Fields that change only training (dropout), or only shapes the checkpointer compares.
+    _NOT_IN_SIGNATURE = ("embedding_dropout", "residual_dropout", "attention_dropout", "max_len",
+                         "num_layers", "num_heads", "mlp_ratio", "mlp_hidden")
+
+    @classmethod
+    def changed_settings(cls, config) -> dict:
+        """{field: value} of the backbone fields `config` sets away from their defaults that can
+        change what the same parameters compute (activation, norms, positions, ...): a
+        checkpoint's signature names them, so that a run with other settings refuses it rather
+        than restoring it into another function. Defaults are left out, so that checkpoints
+        written before a field existed still restore."""
+        out = {}
+        for k, field in cls.__dataclass_fields__.items():
+            if k in ("parent", "name") or k in cls._NOT_IN_SIGNATURE or k not in config:
+                continue
+            value, default = config[k], field.default
+            if value == default or (default is None and not value):
+                continue
+            out[k] = list(value) if isinstance(value, tuple) else value
+        return out
+
     @nn.compact
     def __call__(self, x: jax.Array, padding_mask: jax.Array | None = None,
                  deterministic: bool = True, return_attention: bool = False,

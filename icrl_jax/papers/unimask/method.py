@@ -143,11 +143,12 @@ class UniMask(Method):
 
     @classmethod
     def signature(cls, config, env) -> dict:
-        index = config.model.get("inverse_dynamics_index", "ours")
         # Named only when not the default, so that earlier checkpoints still restore.
+        defaults = {"inverse_dynamics_index": "ours", "input_embedding": "linear"}
+        named = {k: config.model.get(k, d) for k, d in defaults.items()}
         return dict(super().signature(config, env), backbone=config.model.backbone,
                     snippet_len=int(config.train.seq_len),
-                    **({} if index == "ours" else {"inverse_dynamics_index": index}))
+                    **{k: v for k, v in named.items() if v != defaults[k]})
 
     def __init__(self, model_config, env, snippet_len: int, pretrained=None):
         if env.continuous_actions != (not env.discrete_observations):
