@@ -1,0 +1,56 @@
+"""benchmarks/unimask/table_heatmaps.py: a grid's appendix-comparison table read back into its
+means and standard errors (the heatmaps of a grid whose work directories are gone)."""
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+from icrl_jax.core.errors import UserError
+from icrl_jax.papers.unimask import grid as G
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _module():
+    path = os.path.join(ROOT, "benchmarks", "unimask", "table_heatmaps.py")
+    spec = importlib.util.spec_from_file_location("unimask_table_heatmaps", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_written_table_reads_back_to_three_figures_and_rows_not_run_are_nan(tmp_path):
+    rng = np.random.default_rng(0)
+    mean = {"random": rng.uniform(0.5, 8, 8).tolist(), "behaviour_cloning": rng.uniform(1, 8, 8)}
+    mean[G.FINETUNED] = np.r_[rng.uniform(0.5, 2, 7), np.nan].tolist()  # one column not tuned
+    mean = {r: list(v) for r, v in mean.items()}
+    sem = {r: (0.01 * np.abs(np.asarray(v))).tolist() for r, v in mean.items()}
+    path = tmp_path / "page.md"
+    path.write_text("# a page\n\nsome text\n\n" + G.appendix_comparison(mean, sem, 500, 3)
+                    + "\nmore text\n")
+    table = _module().read_table(str(path), 500)
+    assert table["seeds"] == 3
+    assert list(table["rows"]) == list(G.APPENDIX_RAW[500])  # every appendix row, in order
+    for row, values in mean.items():
+        got_mean, got_sem = table["rows"][row]
+        np.testing.assert_allclose(got_mean, values, rtol=5e-3)
+        np.testing.assert_allclose(got_sem, sem[row], rtol=5e-2)
+    assert np.isnan(table["rows"]["all"][0]).all()  # a row not run
+    with pytest.raises(UserError, match="no table captioned 'Uni\\[MASK\\] DoorKey, 50 traj"):
+        _module().read_table(str(path), 50)
+
+
+def test_the_heatmaps_are_drawn_from_the_table(tmp_path):
+    mean = {r: list(v) for r, v in G.APPENDIX_RAW[500].items()}
+    sem = {r: [0.01] * 8 for r in mean}
+    page = tmp_path / "page.md"
+    page.write_text(G.appendix_comparison(mean, sem, 500, 3))
+    _module().main(str(page), "500", str(tmp_path / "out"))
+    for name in ("heatmap_raw.png", "heatmap_best.png", "heatmap.json"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    best = json.loads((tmp_path / "out" / "heatmap.json").read_text())["normalised_best"]
+    assert best["random+finetune"][6] == pytest.approx(1.0)  # forward dynamics' best row
+    assert best["random"][6] == pytest.approx(0.164 / 0.000304, rel=1e-3)
