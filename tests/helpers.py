@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import importlib
+import importlib.util
 import os
 import subprocess
 
@@ -70,6 +71,14 @@ def check_env_contract(env, steps: int = 4):
     assert terminated.dtype == jnp.bool_ and truncated.dtype == jnp.bool_
     assert env.scoring in (envs.REGRET, envs.RETURNS)
     return first, per_step
+
+
+def load_script(relative_path: str, name: str):
+    """A script that is not in a package (a benchmark's), loaded as module `name`."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, relative_path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_cli(*args, cwd=ROOT):

@@ -1,21 +1,14 @@
 """benchmarks/matched_dt/export.py: our Minari episodes in D4RL's flat layout, and CORL's
 TrainConfig fields from the matched config."""
 
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import load_script
 
 
 def _export_module():
-    path = os.path.join(ROOT, "benchmarks", "matched_dt", "export.py")
-    spec = importlib.util.spec_from_file_location("matched_dt_export", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/matched_dt/export.py", "matched_dt_export")
 
 
 def _episodes(lengths, ends):

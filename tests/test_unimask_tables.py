@@ -1,9 +1,7 @@
 """benchmarks/unimask/table_heatmaps.py: a grid's appendix-comparison table read back into its
 means and standard errors (the heatmaps of a grid whose work directories are gone)."""
 
-import importlib.util
 import json
-import os
 
 import numpy as np
 import pytest
@@ -11,15 +9,10 @@ import pytest
 from icrl_jax.core.errors import UserError
 from icrl_jax.papers.unimask import grid as G
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from helpers import load_script
 
 def _module():
-    path = os.path.join(ROOT, "benchmarks", "unimask", "table_heatmaps.py")
-    spec = importlib.util.spec_from_file_location("unimask_table_heatmaps", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/unimask/table_heatmaps.py", "unimask_table_heatmaps")
 
 
 def test_a_written_table_reads_back_to_three_figures_and_rows_not_run_are_nan(tmp_path):
