@@ -2,6 +2,8 @@
 means and standard errors (the heatmaps of a grid whose work directories are gone)."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from icrl_jax.core.errors import UserError
 from icrl_jax.papers.unimask import grid as G
 
-from helpers import load_script
+from helpers import ROOT, load_script
 
 def _module():
     return load_script("benchmarks/unimask/table_heatmaps.py", "unimask_table_heatmaps")
@@ -47,3 +49,13 @@ def test_the_heatmaps_are_drawn_from_the_table(tmp_path):
     best = json.loads((tmp_path / "out" / "heatmap.json").read_text())["normalised_best"]
     assert best["random+finetune"][6] == pytest.approx(1.0)  # forward dynamics' best row
     assert best["random"][6] == pytest.approx(0.164 / 0.000304, rel=1e-3)
+
+
+def test_the_script_refuses_a_missing_page_in_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "benchmarks/unimask/table_heatmaps.py",
+                          str(tmp_path / "absent.md"), "500", str(tmp_path / "out")],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "absent.md" in lines[0], out.stderr
+    assert not (tmp_path / "out").exists()

@@ -56,4 +56,11 @@ def main(path: str, size: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    if len(sys.argv) != 4:
+        print("usage: python benchmarks/unimask/table_heatmaps.py PAGE.md SIZE OUT", file=sys.stderr)
+        sys.exit(2)
+    try:
+        main(*sys.argv[1:4])
+    except (UserError, OSError, ValueError) as e:  # bad input: one line, exit 2
+        print(f"table_heatmaps: {e}", file=sys.stderr)
+        sys.exit(2)
