@@ -37,7 +37,7 @@ def workloads(only: str | None = None):
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.data.sources import uniform_random
     from icrl_jax.methods import build_method
-    from icrl_jax.core.run import build_env
+    from icrl_jax.pipeline.run import build_env
 
     out = {}
     for name, module, preset, num_envs in (("main job (AD, Dark Room)", darkroom, "quick", 80),

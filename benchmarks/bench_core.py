@@ -34,7 +34,7 @@ def train_tokens_per_second() -> float:
     from icrl_jax.data.history import History
     from icrl_jax.methods.ad import AD
     from icrl_jax.models.transformer import default_transformer_config
-    from icrl_jax.core import train as T
+    from icrl_jax.pipeline import train as T
 
     rng = np.random.default_rng(0)
     n, t, context, batch = 256, 1000, 100, 64

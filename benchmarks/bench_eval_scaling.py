@@ -70,7 +70,7 @@ def build(method_name: str, policy: str, window: int, chunk: int):
     """(config, env, method) of one of `METHODS`, with `--policy` applied."""
     import importlib
 
-    from icrl_jax.core.run import build_env
+    from icrl_jax.pipeline.run import build_env
     from icrl_jax.methods import build_method
 
     module, preset = METHODS[method_name]

@@ -32,7 +32,7 @@ def measure(layers: int, calls: int, repeats: int) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from icrl_jax.core.train import (data_mesh, init_state, make_optimizer, make_train_steps,
+    from icrl_jax.pipeline.train import (data_mesh, init_state, make_optimizer, make_train_steps,
                                      place_data, state_sharding)
     from icrl_jax.data.train_data import on_device
     from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows

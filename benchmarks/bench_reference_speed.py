@@ -95,8 +95,8 @@ def child_ours(args) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from icrl_jax.core import run as R
-    from icrl_jax.core import train as T
+    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import train as T
     from icrl_jax.core.config import set_dotted
     from icrl_jax.data.dataset import StepWindows
     from icrl_jax.experiments.headless_ad.bernoulli_bandit import get_config

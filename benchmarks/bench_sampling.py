@@ -46,7 +46,7 @@ def measure(devices: int, rounds: int = 7, calls: int = 10) -> list[str]:
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     import icrl_jax.data.dataset as dataset
-    from icrl_jax.core.train import data_mesh, place_data
+    from icrl_jax.pipeline.train import data_mesh, place_data
 
     if jax.device_count() != devices:
         raise SystemExit(f"asked for {devices} devices, JAX has {jax.device_count()}")

@@ -43,7 +43,7 @@ def worker(coordinator: str, num_processes: int, process_id: int) -> None:
     from bench_train import benchmark_model, synthetic_data
     from icrl_jax.data.dataset import sample_windows
     from icrl_jax.data.train_data import on_device
-    from icrl_jax.core.train import data_mesh, init_state, make_optimizer, make_train_steps
+    from icrl_jax.pipeline.train import data_mesh, init_state, make_optimizer, make_train_steps
 
     method, config = benchmark_model(LAYERS, D_MODEL, HEADS, BATCH, CONTEXT)
     mesh = data_mesh()

@@ -66,7 +66,7 @@ from icrl_jax.methods.ad import AD  # noqa: E402
 from icrl_jax.models.transformer import count_params, default_transformer_config, flops_per_token  # noqa: E402
 from icrl_jax.data.dataset import sample_windows  # noqa: E402
 from icrl_jax.data.train_data import on_device  # noqa: E402
-from icrl_jax.core.train import (data_mesh, default_train_config, init_state, make_optimizer,  # noqa: E402
+from icrl_jax.pipeline.train import (data_mesh, default_train_config, init_state, make_optimizer,  # noqa: E402
                             make_train_steps, place_data, state_sharding)
 
 # Dense tensor-core peaks (FLOP/s), from the vendors' datasheets (without sparsity): TF32 (what
@@ -245,7 +245,7 @@ def measure_unimask(num_replicas, calls, precision="fp32"):
     from icrl_jax.data.sources import build_source
     from icrl_jax.papers.unimask.method import UniMask
     from icrl_jax.papers.unimask.masks import regime_index
-    from icrl_jax.core.train import replica_hyperparameters
+    from icrl_jax.pipeline.train import replica_hyperparameters
 
     config = get_config("quick")
     config.train.steps_per_call = 10
@@ -306,7 +306,7 @@ def _measure_experiment(config, calls: int, steps_per_call: int, assignments=Non
     """An experiment config's own model and optimiser, trained on histories of its own source
     (its first `data.num_train_tasks` tasks), `steps_per_call` steps a jitted call; with
     `assignments`, one vmapped replica per assignment (a sweep's group)."""
-    from icrl_jax.core import run as R
+    from icrl_jax.pipeline import run as R
     from icrl_jax.core.config import finalize
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.data.sources import build_source
@@ -322,7 +322,7 @@ def _measure_experiment(config, calls: int, steps_per_call: int, assignments=Non
                                  jax.random.PRNGKey(0))
     train_data = method.training_data(history, config, env)
     if assignments:
-        from icrl_jax.core.train import replica_builder, replica_hyperparameters
+        from icrl_jax.pipeline.train import replica_builder, replica_hyperparameters
         build = replica_builder(lambda model: build_method(config, env, model), config)
         seconds, state = _time_calls(build, train_data, config.train, calls, len(assignments),
                                      replica_hyperparameters(config, assignments))

@@ -14,7 +14,7 @@ from icrl_jax.core.extras import defer_import
 defer_import("seaborn")
 
 from icrl_jax.envs.bandits import BernoulliBandit, ContextualBandit
-from icrl_jax.envs.core import (BANDIT, EPISODIC, REGRET, RETURNS, EnvSpec, ICRLEnv, InvalidActionError,
+from icrl_jax.envs.base import (BANDIT, EPISODIC, REGRET, RETURNS, EnvSpec, ICRLEnv, InvalidActionError,
                                 check_actions, stack_params)
 from icrl_jax.envs.darkroom import (CompositeDarkRoom, DarkRoom, KeyToDoor, composite_actions,
                            headless_ad_action_sets, split_actions)

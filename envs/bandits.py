@@ -35,7 +35,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.envs.core import BANDIT, ICRLEnv
+from icrl_jax.envs.base import BANDIT, ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids, task_key
 
 #: Index parity (i % 2) of the arms that are "high" (mu in [0.5, 1]) in a non-inverted train task.

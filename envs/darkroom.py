@@ -34,7 +34,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.envs.core import ICRLEnv
+from icrl_jax.envs.base import ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids
 
 ATOMIC_MOVES = ("up", "down", "left", "right", "noop")

@@ -44,7 +44,7 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from icrl_jax.core.errors import UserError
-from icrl_jax.envs.core import ICRLEnv
+from icrl_jax.envs.base import ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids
 
 SIDE = 4

@@ -15,7 +15,7 @@ Unlike Dark Room, the goal is visible: the observation is float32 `(2 * size**2,
 agent cell followed by the one-hot goal cell, so an offline return-conditioned policy (Decision
 Transformer) can solve every task without exploration.
 
-Following `envs.core`, the env takes one int32 index per step: `move * 2 + press`
+Following `envs.base`, the env takes one int32 index per step: `move * 2 + press`
 (`num_actions = 10`); `split_action`/`join_action` convert to and from the components, and
 `action_dims = (5, 2)` says how many values each component has.
 """
@@ -28,7 +28,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.envs.core import ICRLEnv
+from icrl_jax.envs.base import ICRLEnv
 from icrl_jax.envs.darkroom import _MOVE_DELTAS, NOOP
 from icrl_jax.envs.tasks import as_task_ids
 

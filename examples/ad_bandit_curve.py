@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from icrl_jax.core import run  # noqa: E402
+from icrl_jax.pipeline import run  # noqa: E402
 from icrl_jax.core.config import set_dotted  # noqa: E402
 from icrl_jax.experiments.ad import bernoulli_bandit  # noqa: E402  (experiments/ad/bernoulli_bandit.py)
 

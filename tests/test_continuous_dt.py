@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("minari")
 
 import envs  # noqa: E402
-from icrl_jax.envs.core import InvalidActionError  # noqa: E402
+from icrl_jax.envs.base import InvalidActionError  # noqa: E402
 from icrl_jax.core import metrics as M  # noqa: E402
 from icrl_jax.core.config import base_config  # noqa: E402
 from icrl_jax.data import builders  # noqa: E402

@@ -46,7 +46,7 @@ def test_a_bad_count_is_refused_clearly(value):
 
 def test_the_cli_refuses_a_bad_count_before_doing_anything(tmp_path):
     env = dict(os.environ, **{ENV: "none"})
-    out = subprocess.run([sys.executable, "-m", "icrl_jax.core.cli", "train", "--config",
+    out = subprocess.run([sys.executable, "-m", "icrl_jax.pipeline.cli", "train", "--config",
                           "experiments/ad/darkroom.py:quick",
                           f"--config.workdir={tmp_path / 'run'}"], cwd=ROOT, env=env,
                          capture_output=True, text=True)
@@ -62,7 +62,7 @@ _TRAIN = textwrap.dedent(f"""
     use_one_device_per_core()
     import jax
     from test_training import copy_task_data, tiny_method, tiny_train_config
-    from icrl_jax.core.train import data_mesh, train
+    from icrl_jax.pipeline.train import data_mesh, train
     sizes = {{n: data_mesh(n).devices.size for n in (None, 1, 3, 8, 30)}}
     workdir, batch = sys.argv[1], int(sys.argv[2])
     train(tiny_method(), copy_task_data(), tiny_train_config(batch_size=batch), workdir,
@@ -103,7 +103,7 @@ _SAMPLE = textwrap.dedent("""
     import jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
     from icrl_jax.data.dataset import StepWindows, sample_windows
-    from icrl_jax.core.train import data_mesh, place_data
+    from icrl_jax.pipeline.train import data_mesh, place_data
     rows, length, batch, window = 4, 50, 6, 7
     steps = np.arange(rows)[:, None] * 1000 + np.arange(length)  # encodes (row, t)
     data = StepWindows(jnp.asarray(steps, jnp.int32), jnp.asarray(steps + 1, jnp.int32),

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, assert_user_error
-from icrl_jax.core.run import best_of_evaluations
+from icrl_jax.pipeline.run import best_of_evaluations
 from icrl_jax.data.minari_io import normalized_score, read_minari, write_minari
 
 minari = pytest.importorskip("minari", reason="needs 'icrl-jax[continuous]'")

@@ -56,7 +56,7 @@ def _env(devices: int = 1) -> dict[str, str]:
 
 
 def _cli(args, devices: int = 1):
-    return subprocess.Popen([sys.executable, "-m", "icrl_jax.core.cli", "train", *args], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "icrl_jax.pipeline.cli", "train", *args], cwd=ROOT,
                             env=_env(devices), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
@@ -65,7 +65,7 @@ def _params(workdir: str) -> dict[str, np.ndarray]:
     """The newest checkpoint's parameters, restored the way `icrl-jax evaluate` does, in this
     one-device process (so a multi-process checkpoint must restore into another layout)."""
     from icrl_jax.experiments.ad.bernoulli_bandit import get_config
-    from icrl_jax.core import run as R
+    from icrl_jax.pipeline import run as R
     from icrl_jax.core.config import set_dotted
     from icrl_jax.methods import build_method
 
@@ -144,7 +144,7 @@ SHARDED = textwrap.dedent("""
     from icrl_jax.data.rollout import run_policies
     from icrl_jax.data.sources import build_source
     from icrl_jax.data.train_data import on_device
-    from icrl_jax.core import train as T
+    from icrl_jax.pipeline import train as T
     from test_training import copy_task_data, tiny_method, tiny_train_config
 
     from icrl_jax.methods.ad import AD
@@ -204,7 +204,7 @@ def test_bf16_trains_close_to_fp32(tmp_path):
     """bf16 compute (fp32 parameters, optimiser state and loss) reaches the fp32 loss of a tiny
     AD run within 5%, and its parameters stay float32."""
     from test_training import copy_task_data, tiny_method, tiny_train_config
-    from icrl_jax.core import train as T
+    from icrl_jax.pipeline import train as T
 
     losses = {}
     for precision in ("fp32", "bf16"):
@@ -248,7 +248,7 @@ def test_unreachable_coordinator_is_named():
 def test_batch_that_does_not_divide_over_the_devices_is_named():
     import types
     from test_training import copy_task_data, tiny_method, tiny_train_config
-    from icrl_jax.core import train as T
+    from icrl_jax.pipeline import train as T
 
     config = tiny_train_config()
     mesh = types.SimpleNamespace(devices=np.empty(3))  # as a 3-device mesh: batch 8 won't split
@@ -304,7 +304,7 @@ PIXEL_WORKER = textwrap.dedent("""
     from icrl_jax.core import distributed
     distributed.initialize(None)  # from JAX_COORDINATOR_ADDRESS / _NUM_PROCESSES / _PROCESS_ID
     import jax, numpy as np
-    from icrl_jax.core import train as T
+    from icrl_jax.pipeline import train as T
     from icrl_jax.data.pixel_store import PixelStore, StepWindowsLoader, example_step_windows
     from icrl_jax.data.train_data import TrainData
     from icrl_jax.methods.ad import AD

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import train as T
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.data.pixel_store import PixelStoreWriter, PrefetchLoader
 from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore

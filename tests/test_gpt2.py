@@ -123,7 +123,7 @@ def test_a_self_attending_head_passes_r2_only_in_a_privileged_basis(d_model, hea
 
 def test_pretrain_lm_learns_bytes_and_writes_a_loadable_checkpoint(tmp_path):
     from icrl_jax.experiments.gpt_dtma.lm import get_config
-    from icrl_jax.core import run
+    from icrl_jax.pipeline import run
 
     corpus = tmp_path / "text.txt"
     corpus.write_text("the cat sat on the mat. " * 400)

@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import train as T
 from icrl_jax.papers.gpt_dtma.analysis import ablation_importance, gate_importance
 from icrl_jax.core.config import default_train_config, default_transformer_config
 from icrl_jax.papers.gpt_dtma.fields import gpt_dt_fields, gpt_dt_model_config
@@ -172,7 +172,7 @@ def test_point_maze_table_end_to_end(tmp_path):
     """`icrl-jax report` on the GPT-DTMA maze config, shrunk: a DT and a GPT-DTMA column from the
     fixture LM; the table, the head analysis and G_Markov come out; a second call resumes."""
     from icrl_jax.experiments.gpt_dtma.point_maze import get_config
-    from icrl_jax.core.run import report
+    from icrl_jax.pipeline.run import report
 
     config = get_config("quick")
     config.workdir = str(tmp_path)
@@ -253,7 +253,7 @@ def test_clip_column_takes_the_clip_shape_and_is_skipped_without_weights(tmp_pat
     from icrl_jax.experiments.gpt_dtma.hopper import get_config
     from icrl_jax.reports.columns import column_config, runnable_columns
     from icrl_jax.methods import build_method
-    from icrl_jax.core.run import build_env
+    from icrl_jax.pipeline.run import build_env
 
     clip = os.path.join(os.path.dirname(__file__), "fixtures", "clip_text_tiny")  # 2 x 32, 4 heads
     config = get_config("quick")
@@ -271,7 +271,7 @@ def test_clip_column_takes_the_clip_shape_and_is_skipped_without_weights(tmp_pat
     assert method.label(seeded) == "clip_dt"
     # A single run takes the shape the same way (`--config.model.pretrained_architecture=True`).
     from icrl_jax.experiments.continuous.hopper import get_config as hopper_config
-    from icrl_jax.core.run import resolve_config
+    from icrl_jax.pipeline.run import resolve_config
     single = hopper_config("quick")
     single.workdir = str(tmp_path / "single")
     single.method = "gpt_dt"  # the DT with GPT-DTMA's fields
@@ -321,7 +321,7 @@ def test_smollm2_preset_trains_gpt_dt_from_a_llama_gguf_first_block(tmp_path):
     LM's first block only, in the Llama layout; trained at a learning rate whose Adam steps are
     below float32's resolution, its backbone is the LM's block exactly (that training moves the
     weights is `test_gpt_dt_part_keeps_the_language_models_attention`'s)."""
-    from icrl_jax.core import run as R
+    from icrl_jax.pipeline import run as R
     from icrl_jax.core.config import set_dotted
     from icrl_jax.experiments.gpt_dtma.point_maze import get_config
     from icrl_jax.methods import build_method

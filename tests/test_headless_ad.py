@@ -17,7 +17,7 @@ from icrl_jax.papers.headless_ad.method import (HeadlessAD, PermutedAD, default_
                                           orthonormal_columns, sample_action_embeddings)
 from icrl_jax.models.heads import mask_logits
 from icrl_jax.models.transformer import default_transformer_config
-from icrl_jax.core.train import default_train_config, train
+from icrl_jax.pipeline.train import default_train_config, train
 
 A, E, L = 6, 16, 12
 
@@ -372,7 +372,7 @@ def test_contextual_model_transfers_to_bernoulli_bandits_seen_through_a_context(
     bandits is evaluated on Bernoulli bandits whose observation is one fixed context, and the
     report gives that transfer a column of its own."""
     from icrl_jax.experiments.headless_ad import contextual_bandit
-    from icrl_jax.core import run as R
+    from icrl_jax.pipeline import run as R
     from icrl_jax.papers.headless_ad import variants
     from icrl_jax.core.config import set_dotted
     from icrl_jax.papers.headless_ad.table1 import write_report

@@ -129,7 +129,7 @@ def test_reference_init_draws_their_scales():
 def test_both_layouts_train_and_evaluate_through_the_train_command(tmp_path, layout):
     """`icrl-jax train` of the matched preset at toy size: the loss falls and the evaluation
     (the reference layout recomputes the window) scores every held-out bandit."""
-    from icrl_jax.core import run as R
+    from icrl_jax.pipeline import run as R
     from icrl_jax.core.config import set_dotted
     from icrl_jax.experiments.headless_ad.bernoulli_bandit import get_config
 

@@ -74,7 +74,7 @@ KILLER = textwrap.dedent('''
 
         files.atomic_write = history.atomic_write = atomic_write
     sys.argv = ["icrl-jax", *args]
-    from icrl_jax.core import cli
+    from icrl_jax.pipeline import cli
     cli.main()
 ''')
 

@@ -11,7 +11,7 @@ import pytest
 
 from icrl_jax import envs
 from icrl_jax.envs.continuous.locomotion import EPISODE_LENGTH, Locomotion
-from icrl_jax.envs.core import InvalidActionError
+from icrl_jax.envs.base import InvalidActionError
 from icrl_jax.core.errors import UserError
 
 T = 60  # steps of the shared rollout; random torques x 3 topple the hopper well before

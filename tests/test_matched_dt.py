@@ -62,7 +62,7 @@ def test_matched_settings_map_our_fields_onto_corls(written):
     """CORL multiplies returns by reward_scale where we divide by rtg_scale; its positions cover
     the env's episode length; one target return, one evaluation episode per held-out task."""
     export = _export_module()
-    from icrl_jax.core.run import build_env
+    from icrl_jax.pipeline.run import build_env
     config = export.matched_config("/nonexistent")
     env = build_env(config)
     settings = export.matched_settings(config, env, written[1], np.arange(200, 220))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from icrl_jax.envs.host.bridge import HostStep
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import train as T
 from icrl_jax.methods.fields import ad_config
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.data.pixel_store import (PixelStore, PixelStoreWriter, StepWindowsLoader,
@@ -215,7 +215,7 @@ def test_vq_codes_are_ngram_ids():
 
 def test_miniworld_configs_resolve_to_the_one_pipeline():
     from icrl_jax.experiments.miniworld import ad_darkroom, ad_key_to_door
-    from icrl_jax.core.run import build_env
+    from icrl_jax.pipeline.run import build_env
 
     for module, length in ((ad_darkroom, 50), (ad_key_to_door, 100)):
         for preset in ("", "quick"):

@@ -20,7 +20,7 @@ import pytest
 
 from icrl_jax import envs
 from icrl_jax.envs.continuous.mjx_locomotion import TASKS, GymMujoco
-from icrl_jax.envs.core import InvalidActionError
+from icrl_jax.envs.base import InvalidActionError
 from helpers import check_env_contract
 from xla_flags import xla_flags
 

@@ -14,7 +14,7 @@ from icrl_jax.core import metrics as M
 from icrl_jax.tools import sweep
 from icrl_jax.core.errors import UnknownNameError
 from icrl_jax.methods import build_method, method_class, method_names
-from icrl_jax.core.run import rollout_and_score
+from icrl_jax.pipeline.run import rollout_and_score
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [

@@ -57,8 +57,8 @@ def test_importing_and_resolving_the_main_job_imports_no_optional_package(tmp_pa
     # before it trains, and every registry listed in full (as `icrl-jax --help` does).
     script = f"""
 import importlib.util, json, sys
-import icrl_jax, icrl_jax.core.cli
-from icrl_jax.core import run as R
+import icrl_jax, icrl_jax.pipeline.cli
+from icrl_jax.pipeline import run as R
 from icrl_jax.core.registry import COMMANDS, REPORTS, HOOKS
 from icrl_jax import envs
 from icrl_jax.methods import METHODS, build_method
@@ -210,7 +210,7 @@ def test_minari_datasets_wandb_and_gguf_name_their_extras(monkeypatch, tmp_path)
 
 #: Blocks the given modules (as if not installed), then runs the CLI as the console script does.
 _CLI_WITHOUT = ("import sys; sys.modules.update(dict.fromkeys({blocked!r})); "
-                "sys.argv = ['icrl-jax'] + {args!r}; from icrl_jax.core.cli import main; main()")
+                "sys.argv = ['icrl-jax'] + {args!r}; from icrl_jax.pipeline.cli import main; main()")
 
 
 def test_the_cli_names_the_missing_extra_in_one_line(tmp_path):

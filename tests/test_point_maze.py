@@ -23,7 +23,7 @@ import pytest
 from icrl_jax import envs
 from icrl_jax.envs.continuous import PointMaze, PointMazeState, next_cell_table, parse_layout
 from icrl_jax.envs.continuous import point_maze as pm
-from icrl_jax.envs.core import InvalidActionError
+from icrl_jax.envs.base import InvalidActionError
 
 LAYOUTS = ("umaze", "medium", "large")
 

@@ -17,7 +17,7 @@ import os
 import pytest
 
 from icrl_jax import envs
-from icrl_jax.core import run as R
+from icrl_jax.pipeline import run as R
 from icrl_jax.core.config import check_key, set_dotted
 from icrl_jax.core.registry import COMMANDS, REPORTS
 from icrl_jax.methods import METHODS

@@ -9,7 +9,7 @@ import pytest
 
 from icrl_jax.core.errors import UserError
 from icrl_jax.methods.ad import AD
-from icrl_jax.core.run import aggregate_runs
+from icrl_jax.pipeline.run import aggregate_runs
 from icrl_jax.core.metrics import mean_and_stderr
 from icrl_jax.reports.seeds import summarise_seeds, load_seed_runs
 

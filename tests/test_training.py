@@ -17,7 +17,7 @@ from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import smoothed_cross_entropy
 from icrl_jax.models.transformer import default_transformer_config
 from icrl_jax.data.train_data import on_device
-from icrl_jax.core.train import (CheckpointMismatchError, Checkpointer, default_train_config,
+from icrl_jax.pipeline.train import (CheckpointMismatchError, Checkpointer, default_train_config,
                             init_state, make_optimizer, make_train_steps, train, data_mesh)
 from xla_flags import xla_flags
 
@@ -97,7 +97,7 @@ def test_segments_sharing_programs_compile_the_step_once(tmp_path):
 def test_replicas_sharing_programs_with_another_model_train_that_model(tmp_path):
     """A kept replica program is reused only for the same config: the same `programs` dict with
     a wider model trains the wider model."""
-    from icrl_jax.core.train import replica_hyperparameters, train_replicas
+    from icrl_jax.pipeline.train import replica_hyperparameters, train_replicas
     import ml_collections
     programs = {}
     for width in (32, 48):
@@ -156,7 +156,7 @@ def test_eight_fake_devices_give_the_same_loss(tmp_path):
         import jax
         from test_training import copy_task_history, tiny_method, tiny_train_config
         from test_training import copy_task_data
-        from icrl_jax.core.train import train
+        from icrl_jax.pipeline.train import train
         workdir = sys.argv[1]
         train(tiny_method(), copy_task_data(), tiny_train_config(), workdir,
               {{"m": 1}}, show_progress=False)

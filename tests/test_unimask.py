@@ -14,9 +14,9 @@ from icrl_jax import envs
 from icrl_jax.envs.doorkey import DoorKey, cell_of
 from icrl_jax.experiments.unimask.doorkey import get_config
 from icrl_jax.papers.unimask import grid as masking_grid
-from icrl_jax.core import run
-from icrl_jax.core.run import aggregate_runs
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import run
+from icrl_jax.pipeline.run import aggregate_runs
+from icrl_jax.pipeline import train as T
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.sources import build_source
 from icrl_jax.core.errors import UnknownNameError, UserError

@@ -143,7 +143,7 @@ def test_config_defaults_without_model_or_training_code():
 
 def test_config_defaults_match_the_model_and_trainer():
     from icrl_jax.models.transformer import default_transformer_config
-    from icrl_jax.core.train import default_train_config
+    from icrl_jax.pipeline.train import default_train_config
     assert C.default_transformer_config().to_dict() == default_transformer_config().to_dict()
     assert C.default_train_config().to_dict() == default_train_config().to_dict()
 

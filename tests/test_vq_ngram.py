@@ -176,7 +176,7 @@ def test_vq_checkpoint_errors_name_the_problem(pretrained, tmp_path):
 def test_vq_ngram_config_errors(tmp_path):
     from icrl_jax.experiments.ad import darkroom
     from icrl_jax.experiments.miniworld import ad_darkroom
-    from icrl_jax.core.run import resolve_config
+    from icrl_jax.pipeline.run import resolve_config
 
     grid = darkroom.get_config("quick_ngram")
     grid.workdir = str(tmp_path / "grid")
@@ -200,7 +200,7 @@ def test_vq_ngram_config_errors(tmp_path):
 def test_miniworld_ngram_presets(tmp_path):
     from icrl_jax.experiments.miniworld import ad_darkroom, ad_key_to_door
     from icrl_jax.experiments.miniworld.common import ABLATIONS
-    from icrl_jax.core.run import resolve_config
+    from icrl_jax.pipeline.run import resolve_config
 
     for module in (ad_darkroom, ad_key_to_door):
         ad, ngram = module.get_config("quick"), module.get_config("quick_ngram")
@@ -233,7 +233,7 @@ def test_train_pretrains_vq_then_ad_with_vq_ngrams_and_acts_in_context(tmp_path)
     64x64 frames, so no simulator runs): the VQ stage, AD + n-gram on VQ codes, a checkpoint
     tagged with the VQ's fingerprint, and the in-context policy acting on its own pixels."""
     from icrl_jax.experiments.miniworld import ad_darkroom
-    from icrl_jax.core import run as R
+    from icrl_jax.pipeline import run as R
     from icrl_jax.data.rollout import SourceOnHost
     from icrl_jax.methods import build_method
     from icrl_jax.methods.in_context import in_context_source

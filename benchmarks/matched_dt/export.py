@@ -92,7 +92,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="directory for minari/, d4rl.npz, matched.json")
     args = parser.parse_args(argv)
-    from icrl_jax.core.run import build_env, dataset_of, eval_task_ids
+    from icrl_jax.pipeline.run import build_env, dataset_of, eval_task_ids
 
     out = os.path.abspath(args.out)
     config = matched_config(os.path.join(out, "minari"), os.path.join(out, "export_workdir"))

@@ -75,5 +75,5 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 if __name__ == "__main__":
     sys.meta_path.insert(0, _PatchOnImport())
-    from icrl_jax.core.cli import main
+    from icrl_jax.pipeline.cli import main
     main()

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file
 
-from icrl_jax.core import run as R
+from icrl_jax.pipeline import run as R
 from icrl_jax.experiments.headless_ad.bernoulli_bandit import get_config
 from icrl_jax.methods import build_method
 from icrl_jax.papers.headless_ad import reference_layout as RL

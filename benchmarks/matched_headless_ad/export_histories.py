@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 from icrl_jax.experiments.headless_ad.bernoulli_bandit import get_config
-from icrl_jax.core import run as R
+from icrl_jax.pipeline import run as R
 from icrl_jax.data.builders import task_split
 
 

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from icrl_jax.core import run as R
+from icrl_jax.pipeline import run as R
 from icrl_jax.experiments.headless_ad.bernoulli_bandit import get_config
 from icrl_jax.methods import build_method
 

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from icrl_jax.core.metrics import seed_mean_sem
-from icrl_jax.core.train import latest_checkpoint_step
+from icrl_jax.pipeline.train import latest_checkpoint_step
 from icrl_jax.experiments.unimask.doorkey import get_config
 from icrl_jax.papers.unimask import grid as G
 

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.envs.core import EPISODIC, ICRLEnv
+from icrl_jax.envs.base import EPISODIC, ICRLEnv
 from icrl_jax.envs.continuous.point_maze import check_continuous_action
 from icrl_jax.envs.tasks import as_task_ids
 

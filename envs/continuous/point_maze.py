@@ -71,7 +71,7 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from icrl_jax.envs.continuous.maps import EPISODE_LENGTHS, LAYOUTS, parse_layout
-from icrl_jax.envs.core import EPISODIC, ICRLEnv, InvalidActionError
+from icrl_jax.envs.base import EPISODIC, ICRLEnv, InvalidActionError
 from icrl_jax.envs.tasks import as_task_ids, task_key
 
 # point.xml as MuJoCo compiles it (checked against the compiled model in the tests).

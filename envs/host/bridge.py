@@ -11,7 +11,7 @@ vmaps over tasks and scans over steps): here the task batch is the worker pool, 
 replaced by the batch dimension inside the callback, and the scan is the same. The policy is pure
 JAX (`HostPolicy.init/act`) and sees the batch, e.g. a `vmap`ped per-env policy or a model.
 
-Conventions (the same as envs/core.py): each worker env holds its task; episodes auto-reset inside
+Conventions (the same as envs/base.py): each worker env holds its task; episodes auto-reset inside
 the same step (gymnasium's SAME_STEP autoreset: the returned obs is the first obs of the next
 episode), so one stream under a fixed env is a learning history across episodes.
 

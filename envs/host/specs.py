@@ -17,7 +17,7 @@ import numpy as np
 
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.extras import MissingExtraError, require_extra
-from icrl_jax.envs.core import EnvSpec
+from icrl_jax.envs.base import EnvSpec
 
 #: A host simulator whose Python package is not installed (its message names the extra).
 MissingSimulatorError = MissingExtraError

@@ -40,12 +40,6 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         # With relative positions (rotary / none) in-context rollouts of any length decode one
         # token a step from a ring of W key/value slots (methods/in_context.py).
         attention_window=0,
-        # N-gram induction-head layers (models/ngram.py): inserted after these many blocks each
-        # (0 = before the first); empty = none. Each position gets the 1..ngram_max-gram layers.
-        ngram_positions=(),
-        ngram_max=1,
-        ngram_shuffle=False,  # ablation: matches moved to random causal keys
-        ngram_latest=False,  # read only the most recent match (not all matches uniformly)
         norm_epsilon=1e-6,  # LayerNorm epsilon (GPT-2: 1e-5)
         activation="gelu_tanh",  # feed-forward: gelu_tanh (GPT-2) | gelu_exact | quick_gelu (CLIP)
         # Llama-style blocks (models/llama.py): RMSNorm, a SwiGLU feed-forward of mlp_hidden
@@ -62,8 +56,8 @@ def default_transformer_config() -> ml_collections.ConfigDict:
 
 
 #: What the `model` fields take (core/validation.py). `finalize` raises `max_len` to
-#: `train.seq_len`, so the position table always covers a training window. The induction-head
-#: layers' fields are the paper's to check (its fields.py).
+#: `train.seq_len`, so the position table always covers a training window. The model features'
+#: fields beside the transformer's (n-gram layers) are declared in `models/fields.py`.
 MODEL_CONSTRAINTS = V.declare("model", (
     V.positive_int("model.num_layers", 2), V.positive_int("model.d_model", 64),
     V.positive_int("model.num_heads", 4), V.positive("model.mlp_ratio", 4),
@@ -95,7 +89,7 @@ TRACED_HYPERPARAMETERS = ("train.learning_rate", "train.weight_decay", "model.em
 
 
 def default_train_config() -> ml_collections.ConfigDict:
-    """Defaults of the trainer (`icrl_jax.core.train`): the `train` section."""
+    """Defaults of the trainer (`icrl_jax.pipeline.train`): the `train` section."""
     return ml_collections.ConfigDict(dict(
         num_steps=2000,
         batch_size=64,
@@ -133,7 +127,7 @@ TRAIN_CONSTRAINTS = V.declare("train", (
                "train.steps_per_call must be at most train.num_steps (steps fused in one call)",
                lambda per_call, steps: per_call <= steps,
                lambda per_call, steps: f"train.steps_per_call={steps}"),
-    # Several processes keep every device in the data mesh (core/train.py data_mesh); one
+    # Several processes keep every device in the data mesh (pipeline/train.py data_mesh); one
     # process uses the most devices the batch divides over. A sweep splits replicas instead.
     V.relation(("train.batch_size",),
                "train.batch_size must divide over the devices of all processes",

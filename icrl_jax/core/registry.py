@@ -34,22 +34,30 @@ PLUGIN_ROOTS = ("icrl_jax.papers",)
 ENTRY_POINT_GROUP = "icrl_jax.papers"
 
 _loaded = False
+_loading = False
 
 
 def load_plugins() -> None:
     """Import every paper package's `plugin` module once: importing it registers the paper's
-    parts (a paper package's `__init__` stays light, so that configs can import its fields)."""
-    global _loaded
-    if _loaded:
+    parts (a paper package's `__init__` stays light, so that configs can import its fields).
+
+    Marked done only once every import succeeded, so a plugin that fails to import raises its own
+    error at every lookup, never a later "unknown name"."""
+    global _loaded, _loading
+    if _loaded or _loading:  # `_loading`: a plugin's import looks a name up again
         return
-    _loaded = True
-    for root in PLUGIN_ROOTS:
-        package = importlib.import_module(root)
-        for info in pkgutil.iter_modules(package.__path__):
-            if info.ispkg:
-                importlib.import_module(f"{root}.{info.name}.plugin")
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        entry_point.load()
+    _loading = True
+    try:
+        for root in PLUGIN_ROOTS:
+            package = importlib.import_module(root)
+            for info in pkgutil.iter_modules(package.__path__):
+                if info.ispkg:
+                    importlib.import_module(f"{root}.{info.name}.plugin")
+        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            entry_point.load()
+        _loaded = True
+    finally:
+        _loading = False
 
 
 class Registry:
@@ -66,6 +74,7 @@ class Registry:
         self._parts: dict[str, Any] = {}
         self._needs: dict[str, tuple[str, ...]] = {}
         self._complete = False
+        self._completing = False
 
     def register(self, name_or_part: Any = None, part: Any = None, needs: tuple[str, ...] = ()) -> Any:
         """`register(name, part)`, or as a decorator: `@register("name")`, or `@register` on a
@@ -89,17 +98,22 @@ class Registry:
         return self._needs.get(name, ())
 
     def _complete_registrations(self) -> None:
-        if self._complete:
+        # Done only after every import succeeded (see `load_plugins`).
+        if self._complete or self._completing:
             return
-        self._complete = True
-        for module in self.modules:
-            if module.endswith(".*"):
-                package = importlib.import_module(module[:-2])
-                for info in pkgutil.iter_modules(package.__path__):
-                    importlib.import_module(f"{package.__name__}.{info.name}")
-            else:
-                importlib.import_module(module)
-        load_plugins()
+        self._completing = True
+        try:
+            for module in self.modules:
+                if module.endswith(".*"):
+                    package = importlib.import_module(module[:-2])
+                    for info in pkgutil.iter_modules(package.__path__):
+                        importlib.import_module(f"{package.__name__}.{info.name}")
+                else:
+                    importlib.import_module(module)
+            load_plugins()
+            self._complete = True
+        finally:
+            self._completing = False
 
     def get(self, name: str) -> Any:
         """The part registered as `name`; an `UnknownNameError` naming the nearest otherwise, and
@@ -137,7 +151,7 @@ class Registry:
 HOOKS = Registry("run hook")
 
 #: CLI commands: name -> `Command` (what `icrl-jax <name>` runs).
-COMMANDS = Registry("command", modules=("icrl_jax.core.commands",))
+COMMANDS = Registry("command", modules=("icrl_jax.pipeline.commands", "icrl_jax.tools.sweep"))
 
 #: Reports: `report.kind` -> `fn(config) -> {name: path}` (`icrl-jax report --config`), and
 #: aggregators of finished runs under "runs:<kind>" (`icrl-jax report --runs ...`).

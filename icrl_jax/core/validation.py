@@ -34,7 +34,8 @@ class ConfigValueError(UserError):
 
 #: name -> tuple of `Constraint`s: the groups declared beside the fields (`declare`).
 CONSTRAINTS = Registry("config constraint group",
-                       modules=("icrl_jax.core.config", "icrl_jax.methods.fields"))
+                       modules=("icrl_jax.core.config", "icrl_jax.models.fields",
+                                "icrl_jax.methods.fields"))
 
 _MISSING = object()
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from icrl_jax.envs.core import BANDIT, ICRLEnv
+from icrl_jax.envs.base import BANDIT, ICRLEnv
 from icrl_jax.data.history import History
 from icrl_jax.data.sources import ParamSource, Source, Transition
 

@@ -14,7 +14,7 @@ Layout of a store directory (version 1):
 A sampled window never crosses a chunk or a history boundary.
 
 `StepWindowsLoader` turns sampled windows into AD `StepWindows` (with each window's previous
-action and reward) for `icrl_jax.core.train.train(loader_fn=...)`.
+action and reward) for `icrl_jax.pipeline.train.train(loader_fn=...)`.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def _per_call_loader(store: PixelStore, batch_size: int, seq_len: int, steps_per
 
 
 class StepWindowsLoader:
-    """AD `StepWindows` for `icrl_jax.core.train.train(loader_fn=...)`: each item holds the windows
+    """AD `StepWindows` for `icrl_jax.pipeline.train.train(loader_fn=...)`: each item holds the windows
     of one jitted call, `steps_per_call * batch_size` rows, prefetched to the device.
 
     Item i is drawn from (seed, i) (`PrefetchLoader(start_batch=...)`), and a run resumed at
@@ -316,7 +316,7 @@ class StepWindowsLoader:
 
 
 class FramesLoader:
-    """Single frames for `icrl_jax.core.train.train(loader_fn=...)` (e.g. pretraining a VQ-VAE):
+    """Single frames for `icrl_jax.pipeline.train.train(loader_fn=...)` (e.g. pretraining a VQ-VAE):
     each item is uint8 `(steps_per_call * batch_size, H, W, C)`, frames drawn uniformly over
     the store's steps (its part `shard`), item i from (seed, i) as in `StepWindowsLoader`, so a
     run resumed at step s sees the frames an uninterrupted run would."""

@@ -24,7 +24,7 @@ import ml_collections
 import numpy as np
 
 from icrl_jax.core.files import write_json, write_text
-from icrl_jax.core import run as R
+from icrl_jax.pipeline import run as R
 from icrl_jax.core.config import set_dotted
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.metrics import seed_mean_sem

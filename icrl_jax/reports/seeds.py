@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from icrl_jax.core.files import write_json, write_text
-from icrl_jax.core import run as R  # noqa: E402
+from icrl_jax.pipeline import run as R  # noqa: E402
 from icrl_jax.core.config import saved_config  # noqa: E402
 from icrl_jax.core.errors import UserError  # noqa: E402
 from icrl_jax.core.registry import REPORTS  # noqa: E402

@@ -38,13 +38,14 @@ from icrl_jax.core.files import write_json
 from icrl_jax.core.plots import save_figure
 from icrl_jax import envs
 from icrl_jax.core import metrics as M
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import train as T
 from icrl_jax.core.config import finalize, set_dotted
 from icrl_jax.data.builders import open_dataset, task_split
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.data.sources import build_source, uniform_random
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.core.errors import UserError
+from icrl_jax.core.registry import COMMANDS, Command
 from icrl_jax.methods import build_method
 from icrl_jax.tools.search_space import (DISTRIBUTIONS, VMAPPED, add_sweep_fields,  # noqa: F401
                                          flatten_space, nested_space, unflatten, vmappable_space)
@@ -462,3 +463,14 @@ def compare_sweeps(workdirs: Sequence[str], out: str, labels: Sequence[str] | No
              references if score == "model_last_episode_return" else None)
     write_json(os.path.join(out, "emp_compare.json"), dict(summary, curves=curves), indent=1)
     return summary
+
+
+def aggregate_sweeps(runs: list[str], out: str, labels: list[str]) -> None:
+    """`icrl-jax sweep --runs DIR ... --out DIR`: the EMP of finished sweeps together."""
+    print(json.dumps(compare_sweeps(runs, out, labels or None), indent=1))
+
+
+COMMANDS.register("sweep", Command(
+    "sweep", run_sweep, "the random hyperparameter search of `config.sweep` (resuming), "
+    "results and EMP; with --runs DIR ... --out DIR, the EMP of finished sweeps together",
+    aggregate=aggregate_sweeps))

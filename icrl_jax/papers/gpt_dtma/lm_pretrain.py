@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.core.files import write_json
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import train as T
 from icrl_jax.papers.gpt_dtma.markov_heads import markov_heads, random_basis_ratio
 from icrl_jax.data.train_data import on_device
 from icrl_jax.core.errors import UserError

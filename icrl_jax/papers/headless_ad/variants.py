@@ -20,8 +20,8 @@ import numpy as np
 from icrl_jax.core.files import write_json
 from icrl_jax import envs
 from icrl_jax.core import metrics as M
-from icrl_jax.core import run as R
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import run as R
+from icrl_jax.pipeline import train as T
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.registry import REPORTS
 from icrl_jax.methods import build_method

@@ -29,18 +29,6 @@ def default_vq_config() -> ml_collections.ConfigDict:
     ))
 
 
-#: What the n-gram layers' fields of the shared `model` section take (core/validation.py).
-NGRAM_CONSTRAINTS = V.declare("ngram", (
-    V.int_tuple("model.ngram_positions", "'(1,)'", minimum=0),
-    V.positive_int("model.ngram_max", 1), V.boolean("model.ngram_shuffle"),
-    V.boolean("model.ngram_latest"),
-    V.relation(("model.ngram_positions", "model.num_layers"),
-               "each of model.ngram_positions must be at most model.num_layers (a layer goes "
-               "after that many blocks)",
-               lambda positions, layers: all(p <= layers for p in positions),
-               lambda positions, layers: f"model.ngram_positions='({layers},)'"),
-))
-
 #: What the `vq` section takes (core/validation.py).
 VQ_CONSTRAINTS = V.declare("vq", (
     V.positive_int("vq.num_codes", 64), V.positive_int("vq.code_dim", 32),

@@ -42,7 +42,7 @@ from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
 from icrl_jax.models.encoders import (VQVAE, code_usage, codebook_from_data, read_vq_fields,
                                       save_vq, vq_fields, vq_loss)
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import train as T
 
 SUMMARY = "vq.json"
 

@@ -38,8 +38,8 @@ import numpy as np
 
 from icrl_jax.core.files import atomic_write, write_json, write_text
 from icrl_jax.core.plots import save_figure
-from icrl_jax.core import run as R
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import run as R
+from icrl_jax.pipeline import train as T
 from icrl_jax.data.builders import task_split
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.sources import build_source

@@ -1,16 +1,14 @@
-"""The shared CLI commands: generate, train, evaluate, report and sweep (`core.registry.COMMANDS`).
+"""The shared CLI commands: generate, train, evaluate and report (`core.registry.COMMANDS`).
 
-A paper package registers its own commands the same way (e.g. a pretraining stage).
+A paper package, or a tool such as the hyperparameter sweep, registers its own commands the same
+way (e.g. a pretraining stage).
 """
 
 from __future__ import annotations
 
-import json
-
-from icrl_jax.core import run as R
+from icrl_jax.pipeline import run as R
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.registry import COMMANDS, Command
-from icrl_jax.tools import sweep
 
 
 def generate(config):
@@ -28,10 +26,6 @@ def aggregate_report(runs: list[str], out: str, labels: list[str]) -> None:
         print(f"{name}: {path}")
 
 
-def aggregate_sweeps(runs: list[str], out: str, labels: list[str]) -> None:
-    print(json.dumps(sweep.compare_sweeps(runs, out, labels or None), indent=1))
-
-
 COMMANDS.register("generate", Command(
     "generate", generate, "learning histories (or the configured dataset) of the config's data "
     "source on its training tasks"))
@@ -43,7 +37,3 @@ COMMANDS.register("evaluate", Command(
 COMMANDS.register("report", Command(
     "report", R.report, "the config's `report.kind` (seeds, a paper's tables); with --runs DIR "
     "... --out DIR, one table of finished runs", aggregate=aggregate_report))
-COMMANDS.register("sweep", Command(
-    "sweep", sweep.run_sweep, "the random hyperparameter search of `config.sweep` (resuming), "
-    "results and EMP; with --runs DIR ... --out DIR, the EMP of finished sweeps together",
-    aggregate=aggregate_sweeps))

@@ -1,7 +1,7 @@
 """`icrl-jax COMMAND --config experiments/<paper>/<exp>.py[:preset] [--config.x.y=v]`
 
 The commands come from the registry (`core.registry.COMMANDS`): the shared ones (generate,
-train, evaluate, report, sweep: `core/commands.py`) and those a paper package registers (e.g.
+train, evaluate, report, sweep: `pipeline/commands.py`) and those a paper package registers (e.g.
 pretrain-lm, pretrain-vq). `icrl-jax --help` lists them with their lines. Every command with
 --config runs through `core.run` (`resolve_config`, then `run`); `report` and `sweep` also take
 `--runs DIR ... --out DIR` to combine finished runs.
@@ -83,7 +83,7 @@ def _run(argv: list[str]) -> None:
     # the modules that register commands, and gymnax computes on import.
     distributed.initialize(_CONFIG.value.get("dist"))
     command = COMMANDS.get(args[0])
-    from icrl_jax.core import run as R
+    from icrl_jax.pipeline import run as R
     config = R.resolve_config(_CONFIG.value)
     R.run(config, command.name)
     return None  # app.run exits with a returned value as the status

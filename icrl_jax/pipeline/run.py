@@ -29,7 +29,7 @@ import numpy as np
 
 from icrl_jax import envs
 from icrl_jax.core import metrics as M
-from icrl_jax.core import train as T
+from icrl_jax.pipeline import train as T
 from icrl_jax.core.config import check_workdir, finalize
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError

@@ -1,0 +1,34 @@
+"""Config fields of the shared model features beside the transformer's own: the n-gram
+induction-head layers (`models/ngram.py`), declared here once with what they take.
+
+Pure ml_collections (no model code), so that experiment files, which import these, load fast.
+"""
+
+from __future__ import annotations
+
+from icrl_jax.core import validation as V
+
+
+def ngram_model_fields() -> dict:
+    """The n-gram layers' fields of `config.model` (none by default)."""
+    return dict(
+        # Inserted after these many blocks each (0 = before the first); empty = none. Each
+        # position gets the 1..ngram_max-gram layers.
+        ngram_positions=(),
+        ngram_max=1,
+        ngram_shuffle=False,  # ablation: matches moved to random causal keys
+        ngram_latest=False,  # read only the most recent match (not all matches uniformly)
+    )
+
+
+#: What the n-gram layers' fields take (core/validation.py).
+NGRAM_CONSTRAINTS = V.declare("ngram", (
+    V.int_tuple("model.ngram_positions", "'(1,)'", minimum=0),
+    V.positive_int("model.ngram_max", 1), V.boolean("model.ngram_shuffle"),
+    V.boolean("model.ngram_latest"),
+    V.relation(("model.ngram_positions", "model.num_layers"),
+               "each of model.ngram_positions must be at most model.num_layers (a layer goes "
+               "after that many blocks)",
+               lambda positions, layers: all(p <= layers for p in positions),
+               lambda positions, layers: f"model.ngram_positions='({layers},)'"),
+))
