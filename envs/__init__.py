@@ -25,6 +25,7 @@ from icrl_jax.envs.continuous.mjx_locomotion import GymMujoco, HalfCheetahV5, Ho
 from icrl_jax.envs.doorkey import DoorKey
 from icrl_jax.envs.host.specs import HostEnv, MiniworldRoom, ViZDoom
 from icrl_jax.envs.tasks import split_tasks
+from icrl_jax.envs.xland import ENV_IDS as XMINIGRID_IDS, XLandMiniGrid
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.registry import Registry
 
@@ -62,6 +63,9 @@ for _name, _constructor in {
     "vizdoom": ViZDoom,
 }.items():
     REGISTRY.register(_name, _constructor, needs=SIMULATOR_PACKAGES.get(_name, ()))
+# XLand-MiniGrid and MiniGrid through xminigrid, under xminigrid's own ids (envs/xland.py).
+for _name in XMINIGRID_IDS:
+    REGISTRY.register(_name, functools.partial(XLandMiniGrid, _name), needs=("xminigrid",))
 
 
 def make(name: str, **kwargs) -> EnvSpec:
@@ -78,5 +82,5 @@ __all__ = [
     "Locomotion", "Hopper", "Walker2d", "HalfCheetah", "GymMujoco", "PointMaze", "DoorKey", "MiniworldRoom",
     "ViZDoom", "ICRLEnv", "InvalidActionError", "check_actions", "stack_params",
     "BernoulliBandit", "ContextualBandit", "DarkRoom", "CompositeDarkRoom", "KeyToDoor",
-    "ButtonRoom", "composite_actions", "split_actions", "headless_ad_action_sets", "split_tasks",
+    "ButtonRoom", "XLandMiniGrid", "composite_actions", "split_actions", "headless_ad_action_sets", "split_tasks",
 ]

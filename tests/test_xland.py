@@ -1,0 +1,197 @@
+"""XLand-MiniGrid through xminigrid: the registered envs, hand-worked steps, the ruleset
+generator and its splits."""
+
+from __future__ import annotations
+
+import bz2
+import pickle
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("xminigrid")
+
+import xminigrid  # noqa: E402
+from xminigrid.core.constants import TILES_REGISTRY, Colors, Tiles  # noqa: E402
+from xminigrid.core.goals import AgentHoldGoal  # noqa: E402
+from xminigrid.core.rules import EmptyRule  # noqa: E402
+
+from icrl_jax import envs  # noqa: E402
+from icrl_jax.core.errors import UserError  # noqa: E402
+from icrl_jax.envs import xland_rulesets as R  # noqa: E402
+from icrl_jax.envs.xland import ENV_IDS, XLAND_IDS  # noqa: E402
+from helpers import check_env_contract  # noqa: E402
+
+FORWARD, RIGHT, LEFT, PICK_UP = 0, 1, 2, 3
+
+
+def test_every_xminigrid_env_is_registered_under_its_own_id():
+    assert set(ENV_IDS) == set(xminigrid.registered_environments())
+    assert set(ENV_IDS) <= set(envs.REGISTRY.names())
+    env = envs.make("XLand-MiniGrid-R1-9x9", num_rulesets=20)
+    assert (env.name, env.observation_shape, env.num_actions, env.num_tasks, env.episode_length) == (
+        "XLand-MiniGrid-R1-9x9", (5, 5, 2), 6, 20, 3 * 9 * 9)
+
+
+def test_xland_meets_the_env_contract_with_its_rulesets_as_tasks():
+    env = envs.make("XLand-MiniGrid-R4-13x13", num_rulesets=5)
+    first, (obs, rewards, *_) = check_env_contract(env)
+    assert first.dtype == jnp.uint8 and obs.dtype == jnp.uint8
+    params = env.task_params(jnp.arange(3))
+    np.testing.assert_array_equal(params.env_params.ruleset.goal, env.benchmark.goals[:3])
+
+
+def test_empty_5x5_by_hand_walks_to_the_goal_and_auto_resets():
+    """MiniGrid-Empty-5x5: the agent starts at (1, 1) facing right, the goal is at (3, 3);
+    forward, forward, turn right, forward, forward reaches it on step 5 of 100."""
+    env = envs.make("MiniGrid-Empty-5x5")
+    params = env.task_params(0)
+    obs, state = env.reset(jax.random.PRNGKey(0), params)
+    agent = state.timestep.state.agent
+    assert agent.position.tolist() == [1, 1] and int(agent.direction) == 1
+    # The view is rotated so the agent (bottom centre) looks up: the goal is 2 ahead, 2 right.
+    assert obs[6, 3].tolist() == [Tiles.FLOOR, Colors.BLACK]
+    assert obs[4, 5].tolist() == [Tiles.GOAL, Colors.GREEN]
+    positions, rewards, terminated = [], [], []
+    for action in (FORWARD, FORWARD, RIGHT, FORWARD, FORWARD):
+        obs, state, reward, term, trunc, info = env.step(jax.random.PRNGKey(1), state, action, params)
+        positions.append(state.timestep.state.agent.position.tolist())
+        rewards.append(float(reward))
+        terminated.append(bool(term))
+        assert not bool(trunc)
+    assert positions[:4] == [[1, 2], [1, 3], [1, 3], [2, 3]]
+    assert rewards == pytest.approx([0, 0, 0, 0, 1 - 0.9 * 5 / 100])
+    assert terminated == [False, False, False, False, True]
+    assert positions[4] == [1, 1] and int(state.time) == 0  # auto-reset, same task
+    assert info["final_observation"][6, 3].tolist() == [Tiles.GOAL, Colors.GREEN]
+
+
+def test_xland_by_hand_picking_up_the_goal_ball_ends_the_episode():
+    """A ruleset "hold the red ball": the agent facing the ball picks it up on step 1."""
+    env = envs.make("XLand-MiniGrid-R1-9x9", num_rulesets=3)
+    ball = TILES_REGISTRY[Tiles.BALL, Colors.RED]
+    params = env.task_params(0)
+    ruleset = params.env_params.ruleset.replace(
+        goal=AgentHoldGoal(tile=ball).encode(), rules=EmptyRule().encode()[None],
+        init_tiles=jnp.zeros_like(params.env_params.ruleset.init_tiles))
+    params = params.replace(env_params=params.env_params.replace(ruleset=ruleset))
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    inner = state.timestep.state
+    inner = inner.replace(grid=inner.grid.at[3, 4].set(ball),
+                          agent=inner.agent.replace(position=jnp.array([4, 4]), direction=jnp.asarray(0)))
+    state = state.replace(timestep=state.timestep.replace(state=inner))
+    obs, after, reward, term, trunc, info = env.step(jax.random.PRNGKey(1), state, RIGHT, params)
+    assert float(reward) == 0 and not bool(term)  # turning: the ball is now to the left
+    obs, after, reward, term, trunc, info = env.step(jax.random.PRNGKey(1), state, PICK_UP, params)
+    assert float(reward) == pytest.approx(1 - 0.9 / 243) and bool(term) and not bool(trunc)
+    assert info["final_observation"][3, 2].tolist() == [Tiles.FLOOR, Colors.BLACK]  # picked up
+
+
+def test_xland_invalid_traced_action_is_a_no_op():
+    env = envs.make("XLand-MiniGrid-R1-9x9", num_rulesets=3)
+    params = env.task_params(1)
+    obs, state = env.reset(jax.random.PRNGKey(0), params)
+    step = jax.jit(lambda s, a: env.step(jax.random.PRNGKey(1), s, a, params))
+    new_obs, new_state, reward, term, trunc, info = step(state, jnp.int32(6))
+    assert bool(info["invalid_action"]) and float(reward) == 0
+    np.testing.assert_array_equal(new_obs, obs)
+    assert int(new_state.time) == 0
+
+
+def test_truncation_at_max_steps():
+    env = envs.make("XLand-MiniGrid-R1-9x9", num_rulesets=3, max_steps=4)
+    params = env.task_params(0)
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    truncated = []
+    for _ in range(4):
+        _, state, _, term, trunc, _ = env.step(jax.random.PRNGKey(1), state, LEFT, params)
+        truncated.append(bool(trunc))
+    assert truncated == [False, False, False, True] and int(state.time) == 0
+
+
+# ---------------------------------------------------------------- rulesets
+
+def test_generated_rulesets_are_deterministic_unique_and_in_xminigrid_encodings():
+    a = R.generate_benchmark.__wrapped__("trivial", 64, 3)
+    b = R.generate_benchmark.__wrapped__("trivial", 64, 3)
+    c = R.generate_benchmark.__wrapped__("trivial", 64, 4)
+    for key in ("goals", "rules", "init_tiles", "num_rules"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    assert not np.array_equal(a.goals, c.goals)
+    goals = np.asarray(a.goals)
+    assert goals.shape == (64, 5) and goals.dtype == np.uint8
+    assert len({g.tobytes() for g in goals}) == 64  # unique (trivial rulesets have no rules)
+    assert (np.asarray(a.num_rules) == 0).all() and not np.asarray(a.rules).any()
+    # Goal kinds: hold (1), agent near (3, 11-14), tile near (4, 7-10); its tiles are placed.
+    assert set(goals[:, 0]) <= {1, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14}
+    for goal, tiles in zip(goals, np.asarray(a.init_tiles)):
+        placed = {tuple(t) for t in tiles if t.any()}
+        needed = [tuple(goal[1:3])] + ([tuple(goal[3:5])] if goal[0] in (4, 7, 8, 9, 10) else [])
+        assert set(needed) <= placed and len(placed) == len(needed) + 3  # three distractors
+
+
+def test_small_rulesets_produce_what_their_goal_needs():
+    bench = R.generate_benchmark.__wrapped__("small", 200, 0)
+    rules, goals = np.asarray(bench.rules), np.asarray(bench.goals)
+    num_rules = np.asarray(bench.num_rules)
+    assert num_rules.max() >= 2 and (num_rules == 0).any()
+    for goal, ruleset, tiles, n in zip(goals, rules, np.asarray(bench.init_tiles), num_rules):
+        assert (ruleset[:, 0] != 0).sum() == n
+        placed = {tuple(t) for t in tiles if t.any()}
+        products = {tuple(r[3:5] if r[0] in (1, 2, 8, 9, 10, 11) else r[5:7]) for r in ruleset if r[0]}
+        needed = [tuple(goal[1:3])] + ([tuple(goal[3:5])] if goal[0] in (4, 7, 8, 9, 10) else [])
+        assert set(needed) <= placed | products
+
+
+def test_splits_are_disjoint_and_deterministic():
+    bench = R.generate_benchmark("trivial", 50, 0)
+    (train, test), (train_bench, test_bench) = R.split_benchmark(bench, 40, 10, seed=2)
+    (train2, test2), _ = R.split_benchmark(bench, 40, 10, seed=2)
+    np.testing.assert_array_equal(train, train2)
+    np.testing.assert_array_equal(test, test2)
+    assert not set(train) & set(test) and len(set(train) | set(test)) == 50
+    np.testing.assert_array_equal(test_bench.goals, np.asarray(bench.goals)[test])
+
+
+def test_benchmark_file_round_trip_through_xminigrids_loader(tmp_path):
+    bench = R.generate_benchmark("small", 30, 1)
+    path = str(tmp_path / "small_30")
+    R.save_benchmark(bench, path)
+    with bz2.open(path, "rb") as f:
+        assert set(pickle.load(f)) == {"goals", "rules", "init_tiles", "num_rules"}
+    loaded = xminigrid.benchmarks.load_benchmark_from_path(path)
+    env = envs.make("XLand-MiniGrid-R1-9x9", benchmark=path)
+    assert env.num_tasks == 30
+    for key in ("goals", "rules", "init_tiles", "num_rules"):
+        np.testing.assert_array_equal(getattr(loaded, key), getattr(bench, key))
+    np.testing.assert_array_equal(env.task_params(jnp.arange(30)).env_params.ruleset.rules, bench.rules)
+
+
+def test_a_missing_benchmark_file_is_one_line_naming_how_to_get_it(tmp_path):
+    with pytest.raises(UserError) as e:
+        envs.make("XLand-MiniGrid-R1-9x9", benchmark=str(tmp_path / "trivial_21k"))
+    message = str(e.value)
+    assert "\n" not in message and "curl" in message and "trivial_21k" in message
+    with pytest.raises(UserError, match="generated kinds"):
+        R.generate_benchmark("medium", 10, 0)
+
+
+def test_random_policy_sometimes_solves_trivial_rulesets():
+    env = envs.make(XLAND_IDS[0], num_rulesets=16)
+    params = env.task_params(jnp.arange(16))
+
+    def rollout(key, p):
+        _, state = env.reset(key, p)
+
+        def body(carry, k):
+            state, total = carry
+            a = jax.random.randint(k, (), 0, 6)
+            _, state, r, *_ = env.step(k, state, a, p)
+            return (state, total + r), None
+
+        return jax.lax.scan(body, (state, 0.0), jax.random.split(key, 500))[0][1]
+
+    totals = jax.jit(jax.vmap(rollout))(jax.random.split(jax.random.PRNGKey(0), 16), params)
+    assert 0 < float((totals > 0).mean()) < 1
