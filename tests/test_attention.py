@@ -7,6 +7,7 @@ import pytest
 
 from icrl_jax.models.attention import (CAUSAL_QUERY_BLOCK, attend, attention_weights,
                                        dot_product_attention)
+from icrl_jax.models.attention_masks import AttentionDropout
 from icrl_jax.models.transformer import Transformer, ring_cache_mask, ring_cache_slots
 
 
@@ -88,20 +89,18 @@ def test_prefix_causal_blocks_equal_full_attention(prefix):
     np.testing.assert_allclose(np.asarray(got)[valid], np.asarray(expected)[valid], atol=1e-5)
 
 
-def test_block_path_applies_attention_dropout_to_every_block():
-    """`dropout` draws a mask for each block's weights; a mask that keeps everything, scaled
-    by 2, gives the same result blocked and whole."""
-    length = 2 * CAUSAL_QUERY_BLOCK
+def test_block_path_draws_the_dropout_bits_of_the_whole_matrix():
+    """The causal block path's dropout keeps what one draw over the whole `(T, T)` matrix keeps
+    (`AttentionDropout.keep` reads absolute rows and columns), scaled by the kept fraction."""
+    length = 2 * CAUSAL_QUERY_BLOCK + 3
     q, k, v = jax.random.normal(jax.random.PRNGKey(5), (3, 1, length, 2, 8))
     mask = jnp.tril(jnp.ones((1, 1, length, length), bool))
-    seen = []
-
-    def double(shape):
-        seen.append(shape)
-        return jnp.ones(shape, bool), jnp.float32(2.0)
-    blocked = dot_product_attention(q, k, v, mask, causal_from=0, dropout=double)
-    assert seen == [(1, 2, 64, 64), (1, 2, 64, 128)]
-    np.testing.assert_allclose(blocked, 2.0 * _reference(q, k, v, mask), atol=1e-5)
+    dropout = AttentionDropout.from_key(jax.random.PRNGKey(6), 0.25)
+    keep = dropout.keep(1, 2, 0, length, 0, length)
+    blocked = dot_product_attention(q, k, v, mask, causal_from=0, dropout=dropout,
+                                    implementation="dense")
+    expected = attend(attention_weights(q, k, mask) * keep * dropout.scale, v)
+    np.testing.assert_allclose(blocked, expected, atol=1e-5)
 
 
 def test_attention_dropout_trains_and_is_off_when_deterministic():
@@ -120,24 +119,22 @@ def test_attention_dropout_trains_and_is_off_when_deterministic():
 @pytest.mark.parametrize("causal_from", [None, 0])
 def test_own_backward_pass_equals_autodiff_with_dropout_and_an_empty_row(causal_from):
     """`dot_product_attention`'s hand-written backward pass (flash attention's row term) gives
-    autodiff's gradients of the plain formula, with a dropout mask (fixed, scale 2) and,
+    autodiff's gradients of the plain formula, with a dropout mask (rate 0.5) and,
     without the causal path, a query that may attend to nothing (its output and gradients 0)."""
     length = CAUSAL_QUERY_BLOCK + 10
     q, k, v = jax.random.normal(jax.random.PRNGKey(8), (3, 2, length, 3, 8))
     mask = jnp.tril(jnp.ones((1, 1, length, length), bool))
     if causal_from is None:
         mask = mask.at[:, :, 5].set(False)
-    keep = jax.random.bernoulli(jax.random.PRNGKey(9), 0.5, (2, 3, length, length))
-
-    def dropout(shape):  # a block of queries [hi - rows, hi) over keys [0, hi): its slice
-        rows, hi = shape[2:]
-        return keep[:, :, hi - rows:hi, :hi], jnp.float32(2.0)
+    dropout = AttentionDropout.from_key(jax.random.PRNGKey(9), 0.5)
+    keep = dropout.keep(2, 3, 0, length, 0, length)
 
     def plain(q, k, v):
-        return attend(attention_weights(q, k, mask) * (2.0 * keep), v)
+        return attend(attention_weights(q, k, mask) * (dropout.scale * keep), v)
 
     def ours(q, k, v):
-        return dot_product_attention(q, k, v, mask, causal_from=causal_from, dropout=dropout)
+        return dot_product_attention(q, k, v, mask, causal_from=causal_from, dropout=dropout,
+                                     implementation="dense")
 
     def loss(f, q, k, v):
         return (f(q, k, v) * jnp.cos(jnp.arange(8.0))).sum()

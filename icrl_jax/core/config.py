@@ -29,7 +29,7 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         num_heads=4,
         mlp_ratio=4,
         pre_norm=True,
-        position="learned",  # learned | rotary | none
+        position="learned",  # learned | rotary | alibi | none
         max_len=256,  # longest sequence the learned position table covers
         embedding_dropout=0.0,
         residual_dropout=0.0,
@@ -40,6 +40,12 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         # With relative positions (rotary / none) in-context rollouts of any length decode one
         # token a step from a ring of W key/value slots (methods/in_context.py).
         attention_window=0,
+        # Attention's implementation: auto (a fused kernel where one applies, else dense below
+        # attention_blockwise_from tokens and blockwise from there on) | dense | blockwise
+        # (memory linear in the context) | cudnn | pallas; the blockwise query / key block.
+        attention_impl="auto",
+        attention_block_size=128,
+        attention_blockwise_from=1024,
         norm_epsilon=1e-6,  # LayerNorm epsilon (GPT-2: 1e-5)
         activation="gelu_tanh",  # feed-forward: gelu_tanh (GPT-2) | gelu_exact | quick_gelu (CLIP)
         # Llama-style blocks (models/llama.py): RMSNorm, a SwiGLU feed-forward of mlp_hidden
@@ -61,12 +67,15 @@ def default_transformer_config() -> ml_collections.ConfigDict:
 MODEL_CONSTRAINTS = V.declare("model", (
     V.positive_int("model.num_layers", 2), V.positive_int("model.d_model", 64),
     V.positive_int("model.num_heads", 4), V.positive("model.mlp_ratio", 4),
-    V.boolean("model.pre_norm"), V.choice("model.position", ("learned", "rotary", "none")),
+    V.boolean("model.pre_norm"), V.choice("model.position", ("learned", "rotary", "alibi", "none")),
     V.positive_int("model.max_len", 256),
     V.fraction("model.embedding_dropout"), V.fraction("model.residual_dropout"),
     V.fraction("model.attention_dropout"),
     V.boolean("model.normalize_qk"), V.boolean("model.causal"),
     V.non_negative_int("model.attention_window", 0),
+    V.choice("model.attention_impl", ("auto", "dense", "blockwise", "cudnn", "pallas")),
+    V.positive_int("model.attention_block_size", 128),
+    V.positive_int("model.attention_blockwise_from", 1024),
     V.positive("model.norm_epsilon", 1e-6),
     V.choice("model.activation", ("gelu_tanh", "gelu_exact", "quick_gelu", "relu")),
     V.choice("model.norm", ("layernorm", "rmsnorm")), V.choice("model.mlp_type", ("dense", "swiglu")),
@@ -109,6 +118,7 @@ def default_train_config() -> ml_collections.ConfigDict:
         # "auto" = bf16 on GPUs (Ampere on) and TPUs, float32 on the CPU; "fp32".
         compute_dtype="auto",
         scan_unroll=1,  # steps of the scanned training call unrolled per loop iteration
+        prefetch=2,  # loader items read ahead (datasets read from disk while training)
     ))
 
 
@@ -127,6 +137,14 @@ TRAIN_CONSTRAINTS = V.declare("train", (
                "train.steps_per_call must be at most train.num_steps (steps fused in one call)",
                lambda per_call, steps: per_call <= steps,
                lambda per_call, steps: f"train.steps_per_call={steps}"),
+    # A training call runs steps_per_call steps: the run, its logs and checkpoints end on one.
+    *(V.relation((f"train.{name}", "train.steps_per_call"),
+                 f"train.{name} must be a multiple of train.steps_per_call (a training call "
+                 f"runs that many steps)",
+                 lambda value, per_call: value % per_call == 0,
+                 lambda value, per_call, name=name:
+                 f"train.{name}={max(1, round(value / per_call)) * per_call}")
+      for name in ("num_steps", "log_every", "checkpoint_every")),
     # Several processes keep every device in the data mesh (pipeline/train.py data_mesh); one
     # process uses the most devices the batch divides over. A sweep splits replicas instead.
     V.relation(("train.batch_size",),
@@ -135,6 +153,19 @@ TRAIN_CONSTRAINTS = V.declare("train", (
                lambda devices, batch: f"train.batch_size={max(devices, batch // devices * devices)}",
                needs="devices"),
 ))
+
+def default_dist_config() -> ml_collections.ConfigDict:
+    """More than one process (`core/distributed.py`): the `dist` section. A field left at its
+    default is taken from the JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
+    environment variables, else one process."""
+    return ml_collections.ConfigDict(dict(
+        coordinator="",  # HOST:PORT of process 0
+        num_processes=0,
+        process_id=-1,
+        cluster=False,  # let JAX detect SLURM / Open MPI / Kubernetes / Cloud TPU instead
+        timeout_s=300,  # how long to wait for the coordinator and the other processes
+    ))
+
 
 def base_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
@@ -201,15 +232,7 @@ def base_config() -> ml_collections.ConfigDict:
         evaluate=True,  # `train` evaluates when training ends
         progress=True,
     ))
-    # More than one process (icrl_jax/distributed.py); unset = the JAX_COORDINATOR_ADDRESS /
-    # JAX_NUM_PROCESSES / JAX_PROCESS_ID environment variables, else one process.
-    config.dist = ml_collections.ConfigDict(dict(
-        coordinator="",  # HOST:PORT of process 0
-        num_processes=0,
-        process_id=-1,
-        cluster=False,  # let JAX detect SLURM / Open MPI / Kubernetes / Cloud TPU instead
-        timeout_s=300,  # how long to wait for the coordinator and the other processes
-    ))
+    config.dist = default_dist_config()
     # Logging options read by the trainer (metrics.jsonl and TensorBoard are always written).
     config.log = ml_collections.ConfigDict(dict(
         wandb=False,  # also log to Weights & Biases
@@ -379,6 +402,15 @@ def check_workdir(config: ml_collections.ConfigDict) -> None:
     Raises `UserError` naming both runs when `<workdir>/config.json` differs from `config` in
     `experiment`, `method` or `env.name`.
     """
+    if os.path.exists(config.workdir) and not os.path.isdir(config.workdir):
+        raise UserError(f"work directory {config.workdir!r} is a file, not a directory; pass "
+                        f"another --config.workdir=DIR")
+    parent = os.path.dirname(os.path.abspath(config.workdir))
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        raise UserError(f"work directory {config.workdir!r} cannot be made: {parent} is a file; "
+                        f"pass another --config.workdir=DIR")
     path = os.path.join(config.workdir, "config.json")
     if not os.path.exists(path):
         return
@@ -389,12 +421,15 @@ def check_workdir(config: ml_collections.ConfigDict) -> None:
         raise UserError(f"work directory {config.workdir!r} has an unreadable config.json ({e}); "
                         f"pass a new --config.workdir=DIR or remove it") from None
 
-    def identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
-        env = cfg.get("env") or {}
-        return {"experiment": cfg.get("experiment"), "method": cfg.get("method"),
-                "env.name": env.get("name")}
+    def identity(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
+        return {"experiment": cfg.experiment, "method": cfg.method, "env.name": cfg.env.name}
 
-    theirs, ours = identity(saved), identity(config)
+    try:
+        theirs = identity(ml_collections.ConfigDict(saved))
+    except (AttributeError, TypeError, ValueError):  # JSON, but not a run's config
+        raise UserError(f"work directory {config.workdir!r} has a config.json that is not a run's "
+                        f"config; pass a new --config.workdir=DIR or remove it") from None
+    ours = identity(config)
     if theirs != ours:
         def describe(d):
             return ", ".join(f"{k}={v!r}" for k, v in d.items())

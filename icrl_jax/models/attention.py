@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.models.dropout import Dropout, apply_keep_mask
+from icrl_jax.models.alibi import AlibiBias
+from icrl_jax.models.attention_masks import AttentionDropout, AttentionMask, as_attention_mask
+from icrl_jax.models.blockwise_attention import blockwise_attention
+from icrl_jax.models.dropout import apply_keep_mask
 from icrl_jax.models.matmul import contract_tokens, dense_dot_general
+from icrl_jax.models.pallas_attention import pallas_applies, pallas_attention, pallas_kernel
 
 
 def attention_implementation(query: jax.Array) -> str:
@@ -32,9 +35,12 @@ def attend(weights: jax.Array, v: jax.Array) -> jax.Array:
     return heads_first(jnp.einsum("bhts,bhsd->bhtd", weights, heads_first(v)))
 
 
-def attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array) -> jax.Array:
-    """softmax(q k^T / sqrt(Dh)) over the keys `mask` allows: q `(B, T, H, Dh)`, k `(B, S, H, Dh)`,
-    bool mask `(B or 1, 1, T, S)` -> float `(B, H, T, S)`; a row with no allowed key is zero.
+def attention_weights(q: jax.Array, k: jax.Array, mask, bias: jax.Array | None = None
+                      ) -> jax.Array:
+    """softmax(q k^T / sqrt(Dh) + bias) over the keys `mask` allows: q `(B, T, H, Dh)`,
+    k `(B, S, H, Dh)`, mask a bool `(B or 1, 1, T, S)` array or an `AttentionMask`, optional
+    float bias `(B or 1, H, T, S)` (ALiBi) -> float `(B, H, T, S)`; a row with no allowed key is
+    zero.
 
     Heads go first before the score matmul: XLA's CPU kernels run `(B, H)`-batched matmuls
     and a softmax over the minor axis without the layout copies that `jax.nn.dot_product_attention`'s
@@ -42,24 +48,41 @@ def attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array) -> jax.Array:
     attention, forward and backward). An additive mask, not a select, keeps the backward one
     pass shorter; exp underflows to exactly 0 on masked keys either way.
     """
+    if isinstance(mask, AttentionMask):
+        mask = mask.dense(q.shape[1], k.shape[1])
     head_dim = q.shape[-1]
     scale = jnp.asarray(1.0 / jnp.sqrt(head_dim), q.dtype)
     logits = jnp.einsum("bhtd,bhsd->bhts", heads_first(q) * scale, heads_first(k))
-    bias = jnp.where(mask, 0.0, jnp.finfo(logits.dtype).min).astype(logits.dtype)
-    weights = jax.nn.softmax(logits + bias, axis=-1)
+    if bias is not None:
+        logits = logits + bias.astype(logits.dtype)
+    masked = jnp.where(mask, 0.0, jnp.finfo(logits.dtype).min).astype(logits.dtype)
+    weights = jax.nn.softmax(logits + masked, axis=-1)
     # Rows with no allowed key (padding queries; never the case for causal masks) stay zero.
     return jnp.where(mask.any(-1, keepdims=True), weights, 0.0)
 
 
-def _cudnn_attention(q, k, v, mask) -> jax.Array | None:
-    """cuDNN's fused attention where `attention_implementation` picks it; None where it does
-    not, or where cuDNN rejects the shape, mask or layout at trace time."""
+def cudnn_applies(q: jax.Array, dropout, alibi) -> str | None:
+    """None where cuDNN's fused attention computes this attention
+    (`attention_implementation`), else why not."""
     if attention_implementation(q) != "cudnn":
-        return None
+        return "it needs a GPU, bfloat16 or float16, and a head size of at most 128 (multiple of 8)"
+    if dropout is not None:
+        return "it has no attention dropout"
+    if alibi is not None:
+        return "it takes no ALiBi bias here"
+    return None
+
+
+def _cudnn_attention(q, k, v, mask: AttentionMask) -> jax.Array | None:
+    """cuDNN's fused attention; None where cuDNN rejects the shape, mask or layout at trace
+    time. A causal mask without padding goes as `is_causal`, any other as a bool array."""
+    causal = mask.structured and mask.key_valid is None and mask.causal_from == 0 \
+        and not mask.window and q.shape[1] == k.shape[1]
+    dense = None if causal else jnp.broadcast_to(
+        mask.dense(q.shape[1], k.shape[1]), (q.shape[0], 1, q.shape[1], k.shape[1]))
     try:
-        return jax.nn.dot_product_attention(
-            q, k, v, mask=jnp.broadcast_to(mask, (q.shape[0],) + mask.shape[1:]),
-            implementation="cudnn")
+        return jax.nn.dot_product_attention(q, k, v, mask=dense, is_causal=causal,
+                                            implementation="cudnn")
     except (NotImplementedError, ValueError, TypeError):
         return None
 
@@ -73,8 +96,8 @@ def _dropped(x: jax.Array, keep: tuple[jax.Array, jax.Array] | None) -> jax.Arra
 @jax.custom_vjp
 def _softmax_attend(q, k, v, bias, keep, rows):
     """`dropped(softmax(q k^T + bias) * rows) v` on heads-first arrays: q `(B, H, T, Dh)`
-    (scaled), k and v `(B, H, S, Dh)`, additive bias `(B or 1, 1, T, S)`, keep: None or dropout's
-    (bool `(B, H, T, S)` mask, float `()` scale of the kept weights) (`_dropped`), rows
+    (scaled), k and v `(B, H, S, Dh)`, additive bias `(B or 1, 1 or H, T, S)`, keep: None or
+    dropout's (bool `(B, H, T, S)` mask, float `()` scale of the kept weights) (`_dropped`), rows
     `(B or 1, 1, T, 1)` (0 for a query with no allowed key) -> `(B, H, T, Dh)`. Its own backward
     pass is flash attention's: the softmax's row term is `sum(dO * O)` over Dh instead of a pass
     over the `(B, H, T, S)` weights, and the dropout mask and the row mask are applied inside
@@ -109,61 +132,133 @@ def _softmax_attend_bwd(residuals, d_out):
 _softmax_attend.defvjp(_softmax_attend_fwd, _softmax_attend_bwd)
 
 
-def _fused_attention(q, k, v, mask, dropout) -> jax.Array:
-    """`attend(dropout(attention_weights(q, k, mask)), v)` through `_softmax_attend`: q
-    `(B, T, H, Dh)`, k, v `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, T, H, Dh)`.
-    `dropout(shape)` draws a dropout mask for weights of `shape` (`Dropout.mask`: bool mask,
-    scale of the kept weights). A query with no allowed key gets zero weights, as in
-    `attention_weights`."""
+def _fused_attention(q, k, v, mask, dropout: AttentionDropout | None, bias=None,
+                     row0: int = 0) -> jax.Array:
+    """`attend(dropout(attention_weights(q, k, mask, bias)), v)` through `_softmax_attend`: q
+    `(B, T, H, Dh)` (queries `row0`, `row0 + 1`, ... of the sequence), k, v `(B, S, H, Dh)`,
+    bool mask `(B or 1, 1, T, S)`, optional float bias `(B or 1, H, T, S)` -> `(B, T, H, Dh)`.
+    `dropout` keeps `dropout.keep(B, H, row0, T, 0, S)`. A query with no allowed key gets zero
+    weights, as in `attention_weights`."""
     scale = jnp.asarray(1.0 / jnp.sqrt(q.shape[-1]), q.dtype)
     q, k, v = heads_first(q * scale), heads_first(k), heads_first(v)
-    bias = jnp.where(mask, 0.0, jnp.finfo(q.dtype).min).astype(q.dtype)
-    keep = None if dropout is None else dropout(q.shape[:3] + k.shape[2:3])
+    additive = jnp.where(mask, 0.0, jnp.finfo(q.dtype).min).astype(q.dtype)
+    if bias is not None:
+        additive = additive + bias.astype(q.dtype)
+    keep = None
+    if dropout is not None:
+        keep = (dropout.keep(q.shape[0], q.shape[1], row0, q.shape[2], 0, k.shape[2]),
+                dropout.scale)
     rows = mask.any(-1, keepdims=True).astype(q.dtype)
-    return heads_first(_softmax_attend(q, k, v, bias, keep, rows))
+    return heads_first(_softmax_attend(q, k, v, additive, keep, rows))
 
 
-#: Query block of causal attention (`dot_product_attention(..., causal=True)`).
+#: Query block of dense causal attention (`dense_attention`).
 CAUSAL_QUERY_BLOCK = 64
 
+#: `dot_product_attention`'s implementations (`model.attention_impl`): "auto" picks per call.
+IMPLEMENTATIONS = ("auto", "dense", "blockwise", "cudnn", "pallas")
+#: Default query and key block of blockwise attention (`model.attention_block_size`).
+BLOCK_SIZE = 128
+#: Sequence length from which "auto" takes blockwise attention over dense attention where no
+#: fused kernel applies (`model.attention_blockwise_from`).
+BLOCKWISE_FROM = 1024
 
-def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                          causal_from: int | None = None,
-                          dropout: Callable[[tuple[int, ...]], tuple[jax.Array, jax.Array]]
-                          | None = None) -> jax.Array:
-    """softmax(q k^T / sqrt(Dh)) v over the keys `mask` allows: q `(B, T, H, Dh)`, k and v
-    `(B, S, H, Dh)`, bool mask `(B or 1, 1, T, S)` -> `(B, T, H, Dh)`, through cuDNN where
-    `attention_implementation` picks it (a configuration cuDNN rejects falls back), else
-    `_softmax_attend` (XLA, with a flash-attention backward pass).
 
-    `causal_from=p`: the caller guarantees a causal mask after a prefix of p tokens (S == T;
-    no query attends to a later key, except that the first p queries may attend to any of the
-    first p keys; p = 0: causal). Then the queries go in blocks of about `CAUSAL_QUERY_BLOCK`
-    (the first block holds the prefix) and each block skips the keys after its last query: the
-    same result (those keys' weights are exp(-inf) = 0), with 25% (T = 100) to 40% (T = 200)
-    less attention work and smaller score tensors (the quick model's step 1.2x on a CPU:
-    benchmarks/RESULTS.md).
+def dense_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask,
+                    dropout: AttentionDropout | None = None,
+                    alibi: AlibiBias | None = None) -> jax.Array:
+    """Attention over the whole `(T, S)` score matrix (XLA, with a flash-attention backward
+    pass): q `(B, T, H, Dh)`, k and v `(B, S, H, Dh)` -> `(B, T, H, Dh)`.
 
-    `dropout`: attention dropout, `shape -> (bool keep mask, scale of the kept weights)` for
-    `(B, H, T', S')` weights (`Dropout.mask`). Its mask is drawn per block (the keys a block
-    skips have weight 0 with or without it), so it also skips a causal mask's share of the
-    random bits.
+    With a causal mask (`mask.causal_from = p`: S == T; no query attends to a later key, except
+    that the first p queries may attend to any of the first p keys; p = 0: causal) the queries
+    go in blocks of about `CAUSAL_QUERY_BLOCK` (the first block holds the prefix) and each block
+    skips the keys after its last query: the same result (those keys' weights are exp(-inf) =
+    0), with 25% (T = 100) to 40% (T = 200) less attention work and smaller score tensors (the
+    quick model's step 1.2x on a CPU: benchmarks/RESULTS.md). Dropout's keep bits are those of
+    each block's own rows and keys (`AttentionDropout.keep`), so the skipped keys draw none.
     """
-    fused = _cudnn_attention(q, k, v, mask) if dropout is None else None
-    if fused is not None:
-        return fused
-    length = q.shape[1]
+    length, keys = q.shape[1], k.shape[1]
+    causal_from = mask.causal_from
     if causal_from is None or length <= CAUSAL_QUERY_BLOCK:
-        return _fused_attention(q, k, v, mask, dropout)
-    if k.shape[1] != length:
-        raise ValueError(f"causal attention needs as many keys as queries, got {k.shape[1]} "
+        return _fused_attention(q, k, v, mask.dense(length, keys), dropout,
+                                None if alibi is None else alibi.dense(length, keys))
+    if keys != length:
+        raise ValueError(f"causal attention needs as many keys as queries, got {keys} "
                          f"keys for {length} queries")
     size = -(-length // -(-length // CAUSAL_QUERY_BLOCK))  # equal blocks: T = 100 -> 2 x 50
     ends = [end for end in range(size, length, size) if end > causal_from] + [length]
     starts = [0] + ends[:-1]
     return jnp.concatenate([
-        _fused_attention(q[:, lo:hi], k[:, :hi], v[:, :hi], mask[:, :, lo:hi, :hi], dropout)
+        _fused_attention(q[:, lo:hi], k[:, :hi], v[:, :hi], mask.block(lo, hi - lo, 0, hi),
+                         dropout, None if alibi is None else alibi.block(lo, hi - lo, 0, hi),
+                         row0=lo)
         for lo, hi in zip(starts, ends)], axis=1)
+
+
+def choose_implementation(q: jax.Array, k: jax.Array, mask: AttentionMask,
+                          dropout: AttentionDropout | None, alibi: AlibiBias | None,
+                          implementation: str = "auto",
+                          blockwise_from: int = BLOCKWISE_FROM) -> str:
+    """The implementation `dot_product_attention` runs: `implementation` itself where it is
+    "dense" or "blockwise", or "cudnn" / "pallas" where they apply (ValueError naming
+    `model.attention_impl` where they do not). "auto": cuDNN where it applies, then a GPU's or
+    TPU's Pallas kernel where it applies, else blockwise attention from `blockwise_from` tokens
+    on and dense attention below."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"model.attention_impl must be one of {IMPLEMENTATIONS}, "
+                         f"got {implementation!r}")
+    kernel = pallas_kernel()
+    pallas_reason = pallas_applies(mask, q.shape[1], k.shape[1], dropout, alibi, kernel)
+    if implementation == "cudnn":
+        reason = cudnn_applies(q, dropout, alibi)
+        if reason:
+            raise ValueError(f"model.attention_impl='cudnn' does not apply here: {reason}")
+    elif implementation == "pallas":
+        if pallas_reason:
+            raise ValueError(f"model.attention_impl='pallas' does not apply here: the {kernel} "
+                             f"kernel: {pallas_reason}")
+    elif implementation == "auto":
+        if cudnn_applies(q, dropout, alibi) is None:
+            return "cudnn"
+        if jax.default_backend() in ("gpu", "tpu") and pallas_reason is None:
+            return "pallas"
+        return "blockwise" if q.shape[1] >= blockwise_from else "dense"
+    return implementation
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask,
+                          causal_from: int | None = None,
+                          dropout: AttentionDropout | None = None,
+                          alibi: AlibiBias | None = None, implementation: str = "auto",
+                          block_size: int = BLOCK_SIZE,
+                          blockwise_from: int = BLOCKWISE_FROM) -> jax.Array:
+    """softmax(q k^T / sqrt(Dh) + alibi) v over the keys `mask` allows, with attention dropout:
+    q `(B, T, H, Dh)`, k and v `(B, S, H, Dh)` -> `(B, T, H, Dh)`.
+
+    mask: an `AttentionMask`, or a bool `(B or 1, 1, T, S)` array; then `causal_from=p` is the
+      caller's guarantee that it is causal after a prefix of p tokens (`AttentionMask`), which
+      lets attention skip the keys it excludes.
+    dropout: attention dropout's draw (`AttentionDropout`): the same keep bits whatever the
+      implementation and block size.
+    alibi: ALiBi's biases (`alibi.AlibiBias`).
+    implementation: `choose_implementation`'s: "auto", "dense" (`dense_attention`),
+      "blockwise" (`blockwise_attention.py`, blocks of `block_size`), "cudnn" (a GPU's fused
+      kernel; a configuration cuDNN rejects at trace time falls back to "auto"'s choice without
+      it) or "pallas" (`pallas_attention.py`). All give the same result up to float rounding.
+    """
+    mask = as_attention_mask(mask, causal_from)
+    chosen = choose_implementation(q, k, mask, dropout, alibi, implementation, blockwise_from)
+    if chosen == "cudnn":
+        fused = _cudnn_attention(q, k, v, mask)
+        if fused is not None:
+            return fused
+        chosen = "blockwise" if q.shape[1] >= blockwise_from else "dense"
+    if chosen == "pallas":
+        return pallas_attention(q, k, v, mask)
+    if chosen == "blockwise":
+        return blockwise_attention(q, k, v, mask, dropout, alibi, block_size)
+    return dense_attention(q, k, v, mask, dropout, alibi)
 
 
 def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0,
@@ -201,9 +296,10 @@ def rotary_embedding(x: jax.Array, positions: jax.Array, base: float = 10000.0,
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention, optionally a Mixture of Attention heads (MoA).
 
-    Uses `dot_product_attention` (cuDNN flash attention on GPUs where available, XLA
-    elsewhere; with attention dropout, our own softmax, since the fused kernel has none). When
-    the attention weights are requested, it computes the whole `(B, H, T, S)` softmax.
+    Uses `dot_product_attention` (`implementation`: cuDNN or Pallas kernels where they apply,
+    else dense attention below `blockwise_from` tokens and blockwise attention from there on).
+    When the attention weights are requested, it computes the whole `(B, H, T, S)` softmax.
+    `alibi`: ALiBi's per-head distance biases (`alibi.py`) on the scores.
 
     MoA (`mixture`, Zhang et al. 2022; GPT-DTMA Eq. 4 and Fig. 5): a linear gate on each token
     gives a softmax over the heads, and head i's output is scaled by its gate before the output
@@ -224,19 +320,25 @@ class MultiHeadAttention(nn.Module):
     #: Grouped-query attention (Llama 2/3, SmolLM2): this many key/value heads, each shared by
     #: num_heads / num_kv_heads query heads; 0 = one per query head (a fused qkv projection).
     num_kv_heads: int = 0
+    alibi: bool = False
+    implementation: str = "auto"  # IMPLEMENTATIONS (`dot_product_attention`)
+    block_size: int = BLOCK_SIZE  # blockwise attention's query and key blocks
+    blockwise_from: int = BLOCKWISE_FROM  # "auto": blockwise from this many tokens on
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
                  kv_cache: tuple[jax.Array, jax.Array] | None = None,
                  cache_index: jax.Array | None = None, head_scale: jax.Array | None = None,
-                 causal_from: int | None = None):
+                 causal_from: int | None = None, key_positions: jax.Array | None = None):
         """Args:
           x: `(B, T, D)`.
-          mask: bool `(B or 1, 1, T, T)`, True where a query may attend to a key; with a cache,
-            `(B or 1, 1, T, S)` over the S cache slots.
-          causal_from: the mask is causal after this many tokens (`dot_product_attention`);
+          mask: an `AttentionMask`, or bool `(B or 1, 1, T, T)`, True where a query may attend to
+            a key; with a cache, `(B or 1, 1, T, S)` over the S cache slots.
+          causal_from: a bool mask is causal after this many tokens (`dot_product_attention`);
             ignored with a cache.
-          positions: int `(T,)` positions for rotary embeddings.
+          positions: int `(T,)` or `(B, T)` positions for rotary embeddings and ALiBi.
+          key_positions: ALiBi's key positions, int `(S,)` or `(B, S)` (with a cache: those of
+            its slots); None: `positions`.
           kv_cache: optional (keys, values), each `(B, S, H, Dh)` (incremental decoding): the
             keys and values of `x` are written at slots `[cache_index, cache_index + T)` and the
             queries attend to all S slots (the mask says which are valid).
@@ -283,17 +385,28 @@ class MultiHeadAttention(nn.Module):
                 k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
                 v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
 
+        mask = as_attention_mask(mask, None if kv_cache is not None else causal_from)
         dropout = None
         if self.dropout_rate > 0.0 and not deterministic:
-            dropout = Dropout(self.dropout_rate)
+            dropout = AttentionDropout.from_key(self.make_rng("dropout"), self.dropout_rate)
+        alibi = None
+        if self.alibi:
+            alibi = AlibiBias.create(
+                self.num_heads, jnp.arange(x.shape[1]) if positions is None else positions,
+                key_positions)
         if return_weights:
-            weights = attention_weights(q, k, mask)
-            out = attend(weights if dropout is None else dropout(weights, deterministic=False), v)
+            length, keys = q.shape[1], k.shape[1]
+            weights = attention_weights(q, k, mask,
+                                        None if alibi is None else alibi.dense(length, keys))
+            dropped = weights if dropout is None else dropout.apply(
+                weights, dropout.keep(q.shape[0], self.num_heads, 0, length, 0, keys))
+            out = attend(dropped, v)
         else:
             weights = None
-            out = dot_product_attention(q, k, v, mask,
-                                        None if kv_cache is not None else causal_from,
-                                        None if dropout is None else dropout.mask)
+            out = dot_product_attention(q, k, v, mask, dropout=dropout, alibi=alibi,
+                                        implementation=self.implementation,
+                                        block_size=self.block_size,
+                                        blockwise_from=self.blockwise_from)
         if self.mixture:
             gates = jax.nn.softmax(nn.Dense(self.num_heads, kernel_init=nn.initializers.zeros,
                                             name="gate")(x).astype(jnp.float32), axis=-1)

@@ -21,13 +21,17 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.models.attention import MultiHeadAttention
+from icrl_jax.models.attention import BLOCK_SIZE, BLOCKWISE_FROM, MultiHeadAttention
+from icrl_jax.models.attention_masks import AttentionMask
 from icrl_jax.models.dropout import Dropout
 from icrl_jax.models.matmul import dense_dot_general
 from icrl_jax.models.ngram import NGramLayer, ngram_weights
 from icrl_jax.core.config import default_transformer_config  # noqa: F401 (re-export)
 
-POSITION_KINDS = ("learned", "rotary", "none")
+POSITION_KINDS = ("learned", "rotary", "alibi", "none")
+#: Positions that enter only as distances between tokens: a token's keys and values do not
+#: depend on its offset in the context, so a ring of key/value slots decodes exactly.
+RELATIVE_POSITIONS = ("rotary", "alibi", "none")
 
 #: The feed-forward's nonlinearity (`Transformer.activation`): GPT-2's tanh GELU (the default),
 #: the exact erf GELU, CLIP's text encoder's x * sigmoid(1.702 x), and ReLU (torch's
@@ -85,6 +89,8 @@ class DecodeCache(NamedTuple):
     blocks: list
     ngram_ids: jax.Array | None
     ngram_inputs: dict
+    #: int32 `(B, S)` positions of the written tokens (ALiBi's distances), None without ALiBi.
+    positions: jax.Array | None = None
 
     @property
     def slots(self) -> int:
@@ -110,19 +116,28 @@ class Block(nn.Module):
     rotary_base: float = 10000.0
     rotary_table_dtype: str = "float32"
     num_kv_heads: int = 0
+    alibi: bool = False
+    attention_impl: str = "auto"
+    attention_block_size: int = BLOCK_SIZE
+    attention_blockwise_from: int = BLOCKWISE_FROM
 
     @nn.compact
     def __call__(self, x, mask, positions, deterministic: bool, return_weights: bool = False,
                  kv_cache=None, cache_index=None, head_scale=None,
-                 causal_from: int | None = None):
-        """Returns (x, attention weights or None, updated kv cache or None). `causal_from`:
-        `mask` is causal after that many tokens (`MultiHeadAttention`)."""
+                 causal_from: int | None = None, key_positions=None):
+        """Returns (x, attention weights or None, updated kv cache or None). `mask`: an
+        `AttentionMask` or a bool array; `causal_from`: a bool `mask` is causal after that many
+        tokens; `key_positions`: ALiBi's key positions (`MultiHeadAttention`)."""
         attention = MultiHeadAttention(self.num_heads, self.attention_dropout, self.rotary,
                                        self.normalize_qk, self.mixture_of_attention,
                                        use_bias=self.attention_bias,
                                        rotary_base=self.rotary_base,
                                        rotary_table_dtype=self.rotary_table_dtype,
-                                       num_kv_heads=self.num_kv_heads, name="attention")
+                                       num_kv_heads=self.num_kv_heads, alibi=self.alibi,
+                                       implementation=self.attention_impl,
+                                       block_size=self.attention_block_size,
+                                       blockwise_from=self.attention_blockwise_from,
+                                       name="attention")
         dropout = Dropout(self.residual_dropout)
         norm1 = make_norm(self.norm, self.norm_epsilon, "norm1")
         norm2 = make_norm(self.norm, self.norm_epsilon, "norm2")
@@ -140,7 +155,7 @@ class Block(nn.Module):
 
         h = norm1(x) if self.pre_norm else x
         attended = attention(h, mask, positions, deterministic, return_weights, kv_cache,
-                             cache_index, head_scale, causal_from)
+                             cache_index, head_scale, causal_from, key_positions)
         if kv_cache is not None:
             *attended, kv_cache = attended
             attended = tuple(attended) if return_weights else attended[0]
@@ -197,6 +212,12 @@ class Transformer(nn.Module):
     #: a ring of W key/value slots then decodes a sequence of any length exactly as the full
     #: pass computes it (`ring_cache_mask`).
     attention_window: int = 0
+    #: `attention.dot_product_attention`'s implementation (`attention.IMPLEMENTATIONS`; "auto"
+    #: picks a fused kernel where one applies, else dense or blockwise by length), blockwise
+    #: attention's block, and the length from which "auto" takes blockwise attention.
+    attention_impl: str = "auto"
+    attention_block_size: int = BLOCK_SIZE
+    attention_blockwise_from: int = BLOCKWISE_FROM
 
     @classmethod
     def from_config(cls, config, **overrides) -> "Transformer":
@@ -211,7 +232,8 @@ class Transformer(nn.Module):
 
     #: Fields that change only training (dropout), or only shapes the checkpointer compares.
     _NOT_IN_SIGNATURE = ("embedding_dropout", "residual_dropout", "attention_dropout", "max_len",
-                         "num_layers", "num_heads", "mlp_ratio", "mlp_hidden")
+                         "num_layers", "num_heads", "mlp_ratio", "mlp_hidden", "attention_impl",
+                         "attention_block_size", "attention_blockwise_from")
 
     @classmethod
     def changed_settings(cls, config) -> dict:
@@ -292,16 +314,15 @@ class Transformer(nn.Module):
         # attention may skip later keys.
         if attention_mask is None:
             causal_from = 0 if self.causal else None
-        if attention_mask is not None:
-            mask = attention_mask
+        if cache is not None:  # the caller's mask over the slots is the whole mask
+            mask = AttentionMask(explicit=attention_mask, key_valid=padding_mask)
         else:
-            mask = jnp.ones((1, 1, length, length), bool)
-            if self.causal:
-                mask = jnp.tril(mask)
-        if self.attention_window and cache is None:
-            mask = mask & self.window_mask(length, causal_from)
-        if padding_mask is not None:
-            mask = mask & padding_mask[:, None, None, :]
+            if self.attention_window and causal_from is None:
+                raise ValueError("model.attention_window needs a causal mask (after a prefix: "
+                                 "causal_from)")
+            # Structure, not a (T, T) array: blockwise attention computes it block by block.
+            mask = AttentionMask(explicit=attention_mask, key_valid=padding_mask,
+                                 causal_from=causal_from, window=self.attention_window)
 
         bad = [p for p in self.ngram_positions if not 0 <= p <= self.num_layers]
         if bad:
@@ -334,6 +355,18 @@ class Transformer(nn.Module):
                     ngram_memory[name] = memory
             return x
 
+        key_positions = None
+        if cache is not None and self.position == "alibi":  # ALiBi reads each slot's position
+            if cache.positions is None:
+                raise ValueError("position='alibi' decodes from a cache that keeps its slots' "
+                                 "positions (init_cache of an ALiBi model)")
+            written = jnp.broadcast_to(positions, (batch, length)).astype(jnp.int32)
+            if jnp.ndim(cache_index):
+                key_positions = cache.positions.at[:, cache_index].set(written)
+            else:
+                key_positions = jax.lax.dynamic_update_slice(cache.positions, written,
+                                                             (0, cache_index))
+
         attention_maps, new_blocks = [], []
         x = ngram_layers(x, 0)
         for i in range(self.num_layers):
@@ -344,10 +377,13 @@ class Transformer(nn.Module):
                 norm=self.norm, mlp_type=self.mlp_type, mlp_hidden=self.mlp_hidden,
                 mlp_bias=self.mlp_bias, attention_bias=self.attention_bias,
                 rotary_base=self.rotary_base, rotary_table_dtype=self.rotary_table_dtype,
-                num_kv_heads=self.num_kv_heads, name=f"block_{i}")(
+                num_kv_heads=self.num_kv_heads, alibi=self.position == "alibi",
+                attention_impl=self.attention_impl,
+                attention_block_size=self.attention_block_size,
+                attention_blockwise_from=self.attention_blockwise_from, name=f"block_{i}")(
                 x, mask, positions, deterministic, return_attention,
                 None if cache is None else cache.blocks[i], cache_index,
-                None if head_scale is None else head_scale[i], causal_from)
+                None if head_scale is None else head_scale[i], causal_from, key_positions)
             attention_maps.append(weights)
             new_blocks.append(layer_cache)
             x = ngram_layers(x, i + 1)
@@ -356,19 +392,8 @@ class Transformer(nn.Module):
         outputs = (x, attention_maps) if return_attention else (x,)
         if cache is not None:
             outputs = outputs + (DecodeCache(new_blocks, ngram_ids if self.ngram_positions
-                                             else None, ngram_memory),)
+                                             else None, ngram_memory, key_positions),)
         return outputs if len(outputs) > 1 else x
-
-    def window_mask(self, length: int, prefix: int | None) -> jax.Array:
-        """bool `(1, 1, T, T)`: key j is at most `attention_window - 1` tokens before query i,
-        or in the first `prefix` tokens (always visible). Needs a causal mask after the prefix
-        (`causal_from`), so that the window is the last W tokens of each query's past."""
-        if prefix is None:
-            raise ValueError("model.attention_window needs a causal mask (after a prefix: "
-                             "causal_from)")
-        index = jnp.arange(length)
-        recent = (index[:, None] - index[None, :]) < self.attention_window
-        return (recent | (index[None, :] < prefix))[None, None]
 
     def init_cache(self, batch: int, slots: int, d_model: int, dtype=jnp.float32,
                    ngram_parts: int | None = None) -> DecodeCache:
@@ -376,10 +401,11 @@ class Transformer(nn.Module):
         layer and, with n-gram layers, step ids `(batch, slots, ngram_parts)` (the K of the
         ids, required then) and each n-gram layer's inputs `(batch, slots, d_model)`."""
         shape = (batch, slots, self.num_heads, d_model // self.num_heads)
+        positions = jnp.zeros((batch, slots), jnp.int32) if self.position == "alibi" else None
         blocks = [(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
                   for _ in range(self.num_layers)]
         if not self.ngram_positions:
-            return DecodeCache(blocks, None, {})
+            return DecodeCache(blocks, None, {}, positions)
         if self.ngram_shuffle:
             raise ValueError("shuffled n-gram patterns (model.ngram_shuffle) draw each row from "
                              "the whole window; they cannot decode from a cache")
@@ -388,7 +414,8 @@ class Transformer(nn.Module):
                              "components of a step's id")
         inputs = {f"ngram_{after}_{n}": jnp.zeros((batch, slots, d_model), dtype)
                   for after in self.ngram_positions for n in range(1, self.ngram_max + 1)}
-        return DecodeCache(blocks, jnp.zeros((batch, slots, ngram_parts), jnp.int32), inputs)
+        return DecodeCache(blocks, jnp.zeros((batch, slots, ngram_parts), jnp.int32), inputs,
+                           positions)
 
 
 def ring_cache_slots(positions: jax.Array, slots: int, window: int = 0
