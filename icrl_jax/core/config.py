@@ -118,7 +118,6 @@ def default_train_config() -> ml_collections.ConfigDict:
         # "auto" = bf16 on GPUs (Ampere on) and TPUs, float32 on the CPU; "fp32".
         compute_dtype="auto",
         scan_unroll=1,  # steps of the scanned training call unrolled per loop iteration
-        prefetch=2,  # loader items read ahead (datasets read from disk while training)
     ))
 
 
@@ -137,14 +136,6 @@ TRAIN_CONSTRAINTS = V.declare("train", (
                "train.steps_per_call must be at most train.num_steps (steps fused in one call)",
                lambda per_call, steps: per_call <= steps,
                lambda per_call, steps: f"train.steps_per_call={steps}"),
-    # A training call runs steps_per_call steps: the run, its logs and checkpoints end on one.
-    *(V.relation((f"train.{name}", "train.steps_per_call"),
-                 f"train.{name} must be a multiple of train.steps_per_call (a training call "
-                 f"runs that many steps)",
-                 lambda value, per_call: value % per_call == 0,
-                 lambda value, per_call, name=name:
-                 f"train.{name}={max(1, round(value / per_call)) * per_call}")
-      for name in ("num_steps", "log_every", "checkpoint_every")),
     # Several processes keep every device in the data mesh (pipeline/train.py data_mesh); one
     # process uses the most devices the batch divides over. A sweep splits replicas instead.
     V.relation(("train.batch_size",),
@@ -153,19 +144,6 @@ TRAIN_CONSTRAINTS = V.declare("train", (
                lambda devices, batch: f"train.batch_size={max(devices, batch // devices * devices)}",
                needs="devices"),
 ))
-
-def default_dist_config() -> ml_collections.ConfigDict:
-    """More than one process (`core/distributed.py`): the `dist` section. A field left at its
-    default is taken from the JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
-    environment variables, else one process."""
-    return ml_collections.ConfigDict(dict(
-        coordinator="",  # HOST:PORT of process 0
-        num_processes=0,
-        process_id=-1,
-        cluster=False,  # let JAX detect SLURM / Open MPI / Kubernetes / Cloud TPU instead
-        timeout_s=300,  # how long to wait for the coordinator and the other processes
-    ))
-
 
 def base_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
@@ -232,7 +210,15 @@ def base_config() -> ml_collections.ConfigDict:
         evaluate=True,  # `train` evaluates when training ends
         progress=True,
     ))
-    config.dist = default_dist_config()
+    # More than one process (icrl_jax/distributed.py); unset = the JAX_COORDINATOR_ADDRESS /
+    # JAX_NUM_PROCESSES / JAX_PROCESS_ID environment variables, else one process.
+    config.dist = ml_collections.ConfigDict(dict(
+        coordinator="",  # HOST:PORT of process 0
+        num_processes=0,
+        process_id=-1,
+        cluster=False,  # let JAX detect SLURM / Open MPI / Kubernetes / Cloud TPU instead
+        timeout_s=300,  # how long to wait for the coordinator and the other processes
+    ))
     # Logging options read by the trainer (metrics.jsonl and TensorBoard are always written).
     config.log = ml_collections.ConfigDict(dict(
         wandb=False,  # also log to Weights & Biases
@@ -402,15 +388,6 @@ def check_workdir(config: ml_collections.ConfigDict) -> None:
     Raises `UserError` naming both runs when `<workdir>/config.json` differs from `config` in
     `experiment`, `method` or `env.name`.
     """
-    if os.path.exists(config.workdir) and not os.path.isdir(config.workdir):
-        raise UserError(f"work directory {config.workdir!r} is a file, not a directory; pass "
-                        f"another --config.workdir=DIR")
-    parent = os.path.dirname(os.path.abspath(config.workdir))
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if parent and not os.path.isdir(parent):
-        raise UserError(f"work directory {config.workdir!r} cannot be made: {parent} is a file; "
-                        f"pass another --config.workdir=DIR")
     path = os.path.join(config.workdir, "config.json")
     if not os.path.exists(path):
         return
@@ -421,15 +398,12 @@ def check_workdir(config: ml_collections.ConfigDict) -> None:
         raise UserError(f"work directory {config.workdir!r} has an unreadable config.json ({e}); "
                         f"pass a new --config.workdir=DIR or remove it") from None
 
-    def identity(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
-        return {"experiment": cfg.experiment, "method": cfg.method, "env.name": cfg.env.name}
+    def identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
+        env = cfg.get("env") or {}
+        return {"experiment": cfg.get("experiment"), "method": cfg.get("method"),
+                "env.name": env.get("name")}
 
-    try:
-        theirs = identity(ml_collections.ConfigDict(saved))
-    except (AttributeError, TypeError, ValueError):  # JSON, but not a run's config
-        raise UserError(f"work directory {config.workdir!r} has a config.json that is not a run's "
-                        f"config; pass a new --config.workdir=DIR or remove it") from None
-    ours = identity(config)
+    theirs, ours = identity(saved), identity(config)
     if theirs != ours:
         def describe(d):
             return ", ".join(f"{k}={v!r}" for k, v in d.items())
