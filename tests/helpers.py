@@ -6,13 +6,15 @@ import glob
 import importlib
 import importlib.util
 import os
+import re
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def experiment_configs():
-    """(file, preset, config) of every experiment config file and preset under experiments/."""
+def experiment_modules():
+    """(path, module) of every experiment config file under experiments/: each module that has a
+    `get_config`, found by walking the folder (a new file cannot escape)."""
     found = []
     for path in sorted(glob.glob(os.path.join(ROOT, "experiments", "**", "*.py"), recursive=True)):
         if path.endswith("__init__.py"):
@@ -20,8 +22,32 @@ def experiment_configs():
         module = importlib.import_module(
             "icrl_jax." + os.path.relpath(path, ROOT)[:-3].replace(os.sep, "."))
         if hasattr(module, "get_config"):
-            for preset in [""] + sorted(getattr(module, "PRESETS", {})):
-                found.append((os.path.relpath(path, ROOT), preset, module.get_config(preset)))
+            found.append((os.path.relpath(path, ROOT), module))
+    return found
+
+
+def offered_presets(module):
+    """The presets `module.get_config` accepts, as the one-line error for an unknown preset lists
+    them (`available: a, b; ...`), read without the module's `PRESETS`; None when
+    `get_config` takes an unknown name or its error lists nothing."""
+    from icrl_jax.core.errors import UnknownNameError
+    try:
+        module.get_config("no such preset")
+    except UnknownNameError as error:
+        match = re.search(r"available: ([^;)]*)", str(error))
+        if match:
+            return sorted(name for name in match.group(1).split(", ") if name)
+    return None
+
+
+def experiment_configs():
+    """(file, preset, config) of every experiment config file under experiments/ and every preset
+    its `get_config` offers or its `PRESETS` declares ("" is the file's paper-scale default)."""
+    found = []
+    for path, module in experiment_modules():
+        presets = set(offered_presets(module) or ()) | set(getattr(module, "PRESETS", ()))
+        for preset in [""] + sorted(presets):
+            found.append((path, preset, module.get_config(preset)))
     return found
 
 

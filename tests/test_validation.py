@@ -17,7 +17,8 @@ from icrl_jax import envs
 from icrl_jax.core import config as C
 from icrl_jax.core import validation as V
 from icrl_jax.core.errors import UserError
-from helpers import assert_user_error, experiment_configs, run_cli
+from helpers import (assert_user_error, experiment_configs, experiment_modules, offered_presets,
+                     run_cli)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,8 +36,17 @@ CASES = [(i, key) for i, (_, _, config) in enumerate(CONFIGS) for key in sorted(
          if V.Constraint((key,), "", bool, "").values(config) is not None]
 
 
+_ENVS = {}
+
+
 def _env(config):
-    return envs.make(config.env.name, **config.env.kwargs.to_dict())
+    """The config's env, built once for every config that names the same env and arguments
+    (a brax env takes seconds to build)."""
+    kwargs = config.env.kwargs.to_dict()
+    key = (config.env.name, repr(sorted(kwargs.items())))
+    if key not in _ENVS:
+        _ENVS[key] = envs.make(config.env.name, **kwargs)
+    return _ENVS[key]
 
 
 @pytest.mark.parametrize("index", range(len(CONFIGS)), ids=IDS)
@@ -45,6 +55,39 @@ def test_every_experiment_config_and_preset_validates(index):
     V.validate(config)
     if config.method:
         V.validate(config, _env(config), num_devices=1)
+
+
+MODULES = experiment_modules()
+
+
+@pytest.mark.parametrize("path, module", MODULES, ids=[path for path, _ in MODULES])
+def test_every_experiment_file_declares_the_presets_it_offers(path, module):
+    """`PRESETS` names exactly what `get_config` offers (its unknown-preset error lists them), so
+    the configs above, found without `PRESETS`, are every preset of every file."""
+    offered = offered_presets(module)
+    assert offered is not None, f"{path}: get_config takes an unknown preset without a UserError"
+    assert hasattr(module, "PRESETS"), f"{path}: no PRESETS (it offers {offered})"
+    assert sorted(module.PRESETS) == offered, path
+    assert "" not in module.PRESETS, f"{path}: the paper-scale default is the file without a preset"
+
+
+def _cited_in_a_results_table(preset: str, tables: str) -> bool:
+    """`preset` named in a results table, as `preset`, `:preset` or `preset[_ad]`; an `_ad`
+    preset is the AD twin of its base (the tables' convention; `ad` is the default's twin)."""
+    if re.search(rf"[`:]{re.escape(preset)}(\[_ad\])?[`\s]", tables):
+        return True
+    base = "" if preset == "ad" else preset[:-3] if preset.endswith("_ad") else None
+    return base == "" or (base is not None and _cited_in_a_results_table(base, tables))
+
+
+def test_no_experiment_file_keeps_more_than_ten_presets_unless_each_is_cited():
+    tables = "".join(open(os.path.join(ROOT, name)).read()
+                     for name in ("experiments/RESULTS.md", "benchmarks/RESULTS.md"))
+    for path, module in MODULES:
+        presets = sorted(getattr(module, "PRESETS", ()))
+        if len(presets) > 10:
+            uncited = [p for p in presets if not _cited_in_a_results_table(p, tables)]
+            assert not uncited, f"{path}: {len(presets)} presets, not cited by a results table: {uncited}"
 
 
 def test_the_constraints_cover_the_fields_the_issue_names():

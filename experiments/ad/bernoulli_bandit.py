@@ -9,6 +9,8 @@ distribution, next to Thompson sampling and a random policy (normalised score: r
 from icrl_jax.experiments.ad.bandit_common import QUICK, bandit_config
 from icrl_jax.core.config import apply_preset
 
+PRESETS = {"quick": QUICK}
+
 
 def get_config(preset: str = ""):
     config = bandit_config("ad_bernoulli_bandit", "bernoulli_bandit", "thompson_sampling")
@@ -17,4 +19,4 @@ def get_config(preset: str = ""):
     config.model.update(dict(d_model=512, num_layers=4, num_heads=64, label_smoothing=5e-3,
                              attention_dropout=0.1, residual_dropout=0.1))
     config.train.update(dict(learning_rate=1.1e-5, weight_decay=1.5e-4, b1=0.82))
-    return apply_preset(config, {"quick": QUICK}, preset)
+    return apply_preset(config, PRESETS, preset)

@@ -8,6 +8,8 @@ argmax ("mode") action selection.
 from icrl_jax.experiments.ad.bandit_common import QUICK, bandit_config
 from icrl_jax.core.config import apply_preset
 
+PRESETS = {"quick": QUICK}
+
 
 def get_config(preset: str = ""):
     config = bandit_config("ad_contextual_bandit", "contextual_bandit", "linucb")
@@ -17,4 +19,4 @@ def get_config(preset: str = ""):
                              attention_dropout=0.28, residual_dropout=0.45))
     config.train.update(dict(learning_rate=1.3e-5, weight_decay=0.25, b1=0.58))
     config.eval.greedy = True
-    return apply_preset(config, {"quick": QUICK}, preset)
+    return apply_preset(config, PRESETS, preset)

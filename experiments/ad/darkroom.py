@@ -12,7 +12,6 @@ from icrl_jax.core.config import apply_preset
 #: block that reads the step which followed the most recent earlier visit to the same transition
 #: (a, r, o) (n-gram paper, section 2.2; `ngram_latest`), and actions sampled at temperature 0.7
 #: (a sharper policy than the noisy source it imitates; greedy loops and never finds the goal).
-#: Held-out goals, last of 12 in-context episodes, seeds 0-2: normalised 0.66 +- 0.04 (README).
 QUICK_ORACLE = quick_oracle_preset(**{
     "data.histories_per_task": 8,
     "model.embedding_dropout": 0.1,
@@ -25,9 +24,7 @@ QUICK_ORACLE = quick_oracle_preset(**{
 #: `quick` (the README's first command): plain AD on grid-explorer histories
 #: (`data/sources/grid_explorer.py`: the source searches the grid from its own observations, then
 #: walks straight to the goal it found), so each history improves through its context alone, not
-#: through a noise schedule that reads the goal. Held-out goals, seeds 0-2: normalised
-#: 0.97 +- 0.02 (0.93 +- 0.03 with learned positions and full attention; README).
-#: `quick_ngram` adds the 1-gram layer.
+#: through a noise schedule that reads the goal. `quick_ngram` adds the 1-gram layer.
 #:
 #: Its attention is a sliding window of 50 steps with rotary positions
 #: (`model.attention_window`): trained on 100-step windows, each of the two layers looks 49

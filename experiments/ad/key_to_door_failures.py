@@ -1,4 +1,4 @@
-"""Where a trained Key-to-Door model's in-context rollouts fail (issue 19 part 3).
+"""Where a trained Key-to-Door model's in-context rollouts fail.
 
     python -m experiments.ad.key_to_door_failures --preset qlearning_cpu_starts --seed 0 \
         --workdir runs/k2d_starts/ngram_s0 [--rollouts 100] [--out DIR]

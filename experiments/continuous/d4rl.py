@@ -25,6 +25,7 @@ from icrl_jax.core.config import apply_preset
 from icrl_jax.experiments.continuous import gpt_dtma_dt_config
 
 EPISODE_LEN, SEQ_LEN = 1000, 20
+PRESETS = {}  # the file's one setting is CORL's recipe (its default)
 
 
 def get_config(preset: str = ""):
@@ -43,4 +44,4 @@ def get_config(preset: str = ""):
                              weight_decay=1e-4, b2=0.999, grad_clip=0.25))
     config.eval.update(dict(target_returns=(3600.0, 1800.0), num_steps=EPISODE_LEN))
     config.eval.baselines = ("random",)
-    return apply_preset(config, {}, preset)
+    return apply_preset(config, PRESETS, preset)

@@ -2,7 +2,9 @@
 on-device PPO: gymnasium's v5 task on MJX at paper scale and `:quick_mjx`, brax's `halfcheetah` for
 `:quick`; the data, model and presets are hopper's (experiments/continuous/hopper.py)."""
 
-from icrl_jax.experiments.continuous.hopper import locomotion_config
+from icrl_jax.experiments.continuous.hopper import locomotion_config, locomotion_presets
+
+PRESETS = locomotion_presets("halfcheetah")
 
 
 def get_config(preset: str = ""):

@@ -23,10 +23,10 @@ Envs: the paper-scale default and `:quick_mjx` run gymnasium's `Hopper-v5` on MJ
 envs/continuous/mjx_locomotion.py: D4RL's task, so the datasets store D4RL's own reference
 scores and `model@<target>_d4rl_score` is comparable with published tables; the data are still
 our PPO's, not D4RL's SAC). `:quick` runs brax's spring `hopper` (other dynamics, scored against
-our own random and expert): on a CPU brax steps about 100x faster than MJX
+our own random and expert): on a CPU brax steps much faster than MJX
 (benchmarks/RESULTS.md, "MJX locomotion envs"), which is why the quick preset keeps it.
-`:quick_mjx` trains PPO for 1M steps (the brax preset: 300k; about 11 min here at 32 envs) for
-an expert nearer D4RL's; the data and DT are otherwise `:quick`'s, with the paper-scale target.
+`:quick_mjx` trains PPO for 1M steps (the brax preset: 300k) for an expert nearer D4RL's; the
+data and DT are otherwise `:quick`'s, with the paper-scale target.
 """
 
 from icrl_jax.experiments.continuous import gpt_dtma_dt_config
@@ -93,10 +93,16 @@ def locomotion_config(name: str, preset: str = ""):
     config.eval.baselines = ("random",)
     for key, value in mjx_env(name).items():  # paper scale: D4RL's task (module docstring)
         set_dotted(config, key, value)
-    presets = {"quick": {**quick_preset(name), "env.name": name,
-                         "data.dataset_id": f"{name}/medium-v0"},
-               "quick_mjx": quick_mjx_preset(name)}
-    return apply_preset(config, presets, preset)
+    return apply_preset(config, locomotion_presets(name), preset)
+
+
+def locomotion_presets(name: str) -> dict[str, dict]:
+    """`quick` (brax `name`) and `quick_mjx` (gymnasium's v5 task on MJX) of experiment `name`."""
+    return {"quick": {**quick_preset(name), "env.name": name, "data.dataset_id": f"{name}/medium-v0"},
+            "quick_mjx": quick_mjx_preset(name)}
+
+
+PRESETS = locomotion_presets("hopper")
 
 
 def get_config(preset: str = ""):

@@ -1,7 +1,9 @@
 """msat on Button Room; see `button_room.py` for the presets (`:quick`, default = paper scale)."""
 
-from icrl_jax.experiments.dt.button_room import make_config
+from icrl_jax.experiments.dt import button_room
+
+PRESETS = button_room.PRESETS
 
 
 def get_config(preset: str = ""):
-    return make_config("msat", preset)
+    return button_room.make_config("msat", preset)

@@ -21,23 +21,21 @@ the state CNN is `CNNEncoder` (3 strided 4x4 convs 32/64/64), the paper does not
 one update per jitted call (`train.steps_per_call=1`: a call's windows are one loader batch of
 128 x K frames).
 
-Mixed-quality data (issue: the expert's data averages 0.97 on My Way Home, so the methods tie):
-`:mixed` / `:quick_mixed` spread the action noise over (0.2, 1.0), the last env uniform random.
-Measured at quick size (My Way Home, 26.4K steps, 195 episodes): mean return 0.90, min -0.21,
-max 1.00; successful episodes are short, so they outnumber the failures by episode count while
-failures fill much of the steps. `:context60` is Table 3's My Way Home run (context 60).
+Mixed-quality data (the expert's data on My Way Home are near-perfect, so the methods tie):
+`:mixed` / `:quick_mixed` spread the action noise over (0.2, 1.0), the last env uniform random;
+successful episodes are short, so they outnumber the failures by episode count while failures
+fill much of the steps. `:context60` is Table 3's My Way Home run (context 60).
 Table 2 as one `icrl-jax report` (DT, M-SAT, MAT, M-SAT no-PE x 3 seeds on one dataset):
 `experiments/dt/table2_{my_way_home,deadly_corridor}.py`.
 
-`:quick` (2-core CPU, ~10 min for train + evaluate): the same data pipeline at 20K steps (DC
-30K; the recorder stops after the call that passes it: 22.8K / 36.2K), frames average-pooled 2x
-to 36x64 inside the model (`model.obs_pool`), CNN 16/32/32, d_model 64, 2 layers, 4 heads, no
-dropout, context 10 for both scenarios (the paper: 30 / 60; DC at 20 trained at ~1 update/s on
-the shared CPU, too slow), batch 16, 1200 updates, lr 1e-3 with 100 warmup steps; evaluation on
-8 envs x 700 steps (MWH) / 800 steps (DC), target 1.0 (MWH) / 2300 (DC, about the best dataset
-return), scoring the episodes that start early enough to finish (`episode_stats`), also after
-400 and 800 updates (`eval.every`; the paper: after each epoch). These are far below the
-paper's budget.
+`:quick` (minutes on a 2-core CPU): the same data pipeline at 20K steps (DC 30K; the recorder
+stops after the call that passes it), frames average-pooled 2x to 36x64 inside the model
+(`model.obs_pool`), CNN 16/32/32, d_model 64, 2 layers, 4 heads, no dropout, context 10 for both
+scenarios (the paper: 30 / 60; longer contexts train too slowly on a CPU), batch 16, 1200
+updates, lr 1e-3 with 100 warmup steps; evaluation on 8 envs x 700 steps (MWH) / 800 steps (DC),
+target 1.0 (MWH) / 2300 (DC, about the best dataset return), scoring the episodes that start
+early enough to finish (`episode_stats`), also after 400 and 800 updates (`eval.every`; the
+paper: after each epoch). These are far below the paper's budget.
 """
 
 from icrl_jax.core.config import apply_preset, base_config

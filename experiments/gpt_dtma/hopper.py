@@ -2,7 +2,7 @@
 experiments/gpt_dtma/hopper.py[:quick]`): DT, DTMA, GPT-DT, GPT-DTMA and GPT-DTMA-R, 3 seeds,
 D4RL-normalised score; CLIP-DT too when `--config.report.clip=DIR` names a CLIP text encoder.
 Paper scale and the `_mjx` presets run gymnasium's Hopper-v5 on MJX and score against D4RL's
-references; `:quick` and `:smollm2` run brax's hopper (about 100x faster on a CPU) and score
+references; `:quick` and `:smollm2` run brax's hopper (much faster on a CPU) and score
 against our PPO data's random and expert returns (experiments/continuous/hopper.py).
 
 Data and DT recipe: `experiments/continuous/hopper.py` (medium by default;
@@ -25,6 +25,7 @@ TABLE3 = ("DT", "DTMA", "GPT-DT", "CLIP-DT", "GPT-DTMA", "GPT-DTMA-R")
 #: `smollm2`, gymnasium's v5 task on MJX for the `_mjx` ones and paper scale).
 DATA_PRESETS = {"quick": "quick", "smollm2": "quick", "quick_mjx": "quick_mjx",
                 "smollm2_mjx": "quick_mjx"}
+PRESETS = tuple(DATA_PRESETS)
 
 
 def locomotion_table(name: str, preset: str = ""):

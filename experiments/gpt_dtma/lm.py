@@ -6,8 +6,8 @@ Hugging Face format to `<workdir>/hf/`, with its validation bits per byte and it
 `lm.json`. GPT-2 small's own weights, where a user has them, load with `models/gpt2.load_hf_gpt2`.
 
 Default: 6 layers, width 256, 4 heads of GPT-2's size (64), 256-byte context, 20k steps of
-batch 64, lr 3e-4 with warmup and cosine decay (3.2 s a step on a 2-core CPU). `:quick`: 4 x 128,
-128-byte context, 1,500 steps of batch 32 (about 10 minutes on 2 cores).
+batch 64, lr 3e-4 with warmup and cosine decay. `:quick`: 4 x 128, 128-byte context, 1,500 steps
+of batch 32, minutes on 2 cores.
 """
 
 import ml_collections

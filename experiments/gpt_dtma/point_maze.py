@@ -16,7 +16,7 @@ rows); `:smollm2_context`: Table 5 so, on the large maze.
 
 from icrl_jax.experiments.continuous.point_maze import get_config as maze_config
 from icrl_jax.core.config import set_dotted
-from icrl_jax.core.errors import UnknownNameError
+from icrl_jax.core.errors import UnknownNameError, did_you_mean
 from icrl_jax.experiments.gpt_dtma import (COLUMNS, SMOLLM2_COLUMNS, add_columns, apply_quick,
                                            quick_columns, smollm2_model)
 
@@ -32,13 +32,13 @@ QUICK_LARGE_MAZE = {"env.kwargs.episode_length": 600, "eval.num_steps": 600,
                     "eval.target_returns": (5.0,)}
 
 
-PRESET_NAMES = ("", "quick", "context", "quick_context", "smollm2", "smollm2_context")
+PRESETS = ("quick", "context", "quick_context", "smollm2", "smollm2_context")
 
 
 def get_config(preset: str = ""):
-    if preset not in PRESET_NAMES:
-        raise UnknownNameError(f"unknown preset {preset!r} (available: "
-                               f"{', '.join(p for p in PRESET_NAMES if p)}; or none for paper scale)")
+    if preset and preset not in PRESETS:
+        raise UnknownNameError(f"unknown preset {preset!r}{did_you_mean(preset, PRESETS)} "
+                               f"(available: {', '.join(PRESETS)}; or none for paper scale)")
     quick, smollm2 = preset.startswith("quick"), preset.startswith("smollm2")
     config = maze_config("quick" if quick or smollm2 else "")
     config.experiment = "gpt_dtma_point_maze"

@@ -5,7 +5,9 @@ and recipe of `hopper.py` on walker2d's data (`experiments/continuous/walker2d.p
 rows; `walker2d_v5/...` for the MJX data of paper scale and the `_mjx` presets).
 """
 
-from icrl_jax.experiments.gpt_dtma.hopper import locomotion_table
+from icrl_jax.experiments.gpt_dtma.hopper import DATA_PRESETS, locomotion_table
+
+PRESETS = tuple(DATA_PRESETS)
 
 
 def get_config(preset: str = ""):

@@ -1,44 +1,36 @@
-"""AD baselines on bandits with a fixed arm count (Headless-AD Figures 5 and 6): AD's output
-layer fixes the action count, so one AD is trained per evaluated count.
+"""AD baselines on Bernoulli bandits with a fixed arm count (Headless-AD Figure 5): AD's output
+layer fixes the action count, so one AD is trained per evaluated count, on the "train" reward
+distribution, and evaluated on uniform rewards.
 
-Presets: `arms{N}` (paper scale) and `quick_arms{N}` for N in 20, 25, 30, 40, 50; `contextual_`
-prefixes (e.g. `contextual_quick_arms30`) switch to the contextual bandit with LinUCB data.
-Bernoulli: trained on the "train" reward distribution, evaluated on uniform rewards.
+Paper scale (Table 4's Bernoulli column): 20 arms by default, `arms{N}` for N = 25, 30, 40, 50.
+`quick`: 20 arms at CPU scale. The contextual bandit's AD baselines (Figure 6), with the same
+presets, are `ad_contextual_bandit.py`.
 """
 
-from icrl_jax.methods.fields import ad_config
-from icrl_jax.experiments.headless_ad.common import quick_preset
 from icrl_jax.core.config import apply_preset
 from icrl_jax.experiments.headless_ad.common import (EVAL_ARMS, add_report_fields, bernoulli_variants,
-                                                     contextual_variants)
+                                                     contextual_variants, quick_preset)
+from icrl_jax.methods.fields import ad_config
 
-QUICK = quick_preset(120, **{"data.num_train_tasks": 2000, "data.num_test_tasks": 50})
 
-
-def _arms(n):
+def _arms(n: int) -> dict:
     return {"env.kwargs.arms": n, "env.kwargs.max_arms": n}
 
 
-PRESETS = {}
-for _n in EVAL_ARMS:
-    PRESETS[f"arms{_n}"] = _arms(_n)
-    PRESETS[f"quick_arms{_n}"] = dict(QUICK, **_arms(_n))
-    PRESETS[f"contextual_arms{_n}"] = _arms(_n)
-    PRESETS[f"contextual_quick_arms{_n}"] = dict(QUICK, **_arms(_n))
+PRESETS = {f"arms{n}": _arms(n) for n in EVAL_ARMS[1:]}
+PRESETS["quick"] = quick_preset(120, **{"data.num_train_tasks": 2000, "data.num_test_tasks": 50})
 
 
-def get_config(preset: str = "arms20"):
+def fixed_arms_config(contextual: bool, preset: str = ""):
+    """AD on `EVAL_ARMS[0]` arms (or the preset's count) of the Bernoulli or contextual bandit,
+    evaluated on held-out bandits with the same count."""
     config = ad_config()
-    contextual = preset.startswith("contextual")
-    n = int(preset.rsplit("arms", 1)[1]) if "arms" in preset else 20
     config.experiment = f"ad_{'contextual' if contextual else 'bernoulli'}"
     config.method = "ad"
-    config.env.kwargs.arms = n
-    config.env.kwargs.max_arms = n
+    config.env.kwargs.arms = config.env.kwargs.max_arms = EVAL_ARMS[0]
     if contextual:
         config.env.name = "contextual_bandit"
         config.data.source = "linucb"
-        config.variants = contextual_variants(arms=(n,), held_out=False)
         # Table 4, contextual bandit column.
         config.model.d_model, config.model.num_layers, config.model.num_heads = 1024, 8, 8
         config.model.label_smoothing = 0.2
@@ -49,7 +41,6 @@ def get_config(preset: str = "arms20"):
         config.env.name = "bernoulli_bandit"
         config.env.kwargs.distribution = "train"
         config.data.source = "thompson_sampling"
-        config.variants = bernoulli_variants(arms=(n,), distributions=False)
         # Table 4, Bernoulli bandit column.
         config.model.d_model, config.model.num_layers, config.model.num_heads = 512, 4, 64
         config.model.label_smoothing = 5.0e-3
@@ -69,4 +60,12 @@ def get_config(preset: str = "arms20"):
     config.train.checkpoint_every = 1000
     config.eval.num_steps = 300
     add_report_fields(config, label="AD (fixed arm count)")
-    return apply_preset(config, PRESETS, preset)
+    config = apply_preset(config, PRESETS, preset)
+    arms = (config.env.kwargs.arms,)  # the one count AD's output layer fits
+    config.variants = (contextual_variants(arms=arms, held_out=False) if contextual
+                       else bernoulli_variants(arms=arms, distributions=False))
+    return config
+
+
+def get_config(preset: str = ""):
+    return fixed_arms_config(contextual=False, preset=preset)

@@ -7,7 +7,7 @@ and on 20, 25, 30, 40 and 50 arms (uniform), none of which it was trained on bey
 Ablations are presets (paper scale: the tuned values of Tables 5-7) or plain switches:
 `--config.model.prompt=False`, `--config.model.loss=mse --config.eval.greedy=True`,
 `--config.model.embeddings=normal`. Seeds: `--config.report.num_seeds=5` with `icrl-jax report`.
-`:quick` fits a 2-core CPU (about 10 minutes with evaluation); `:cpu` is the long CPU run.
+`:quick` fits a 2-core CPU in minutes; `:cpu` is the long CPU run.
 """
 
 from icrl_jax.methods.fields import ad_config
@@ -34,9 +34,9 @@ NORMAL = {"model.embeddings": "normal", "train.learning_rate": 1.1e-3,
           "model.residual_dropout": 0.17}
 PRESETS = ablation_presets(QUICK, {"no_prompt": NO_PROMPT, "mse": MSE, "normal": NORMAL})
 # The longest CPU run: the quick 2x64 model on the paper's data (10,000 TS histories x 300 steps),
-# 30,000 updates (about 2 h on 2 quiet cores; `train.num_steps` higher resumes). Actions are
-# sampled at temperature 0.5: of T = 1, 0.5, 0.33, 0.2 and the argmax, the one with the best
-# score on held-out bandits of the *training* distribution (4-20 arms), not on the larger sets.
+# 30,000 updates (`train.num_steps` higher resumes). Actions are sampled at temperature 0.5: of
+# T = 1, 0.5, 0.33, 0.2 and the argmax, the one with the best score on held-out bandits of the
+# *training* distribution (4-20 arms), not on the larger sets.
 PRESETS["cpu"] = dict(QUICK, **{
     "data.num_steps": 300, "train.seq_len": 300, "eval.num_steps": 300,
     "data.num_train_tasks": 10_000, "data.num_test_tasks": 100, "train.num_steps": 30_000,

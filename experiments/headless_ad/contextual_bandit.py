@@ -19,8 +19,8 @@ PRESETS = {
         "data.num_test_tasks": 50,
         "model.action_embed_dim": 64,
         "model.tau": 0.5,
-        # Sampled actions: the quick model's argmax (the paper's mode) repeats one arm forever
-        # (measured: arms used 1.0, score about 0), a behaviour no LinUCB history contains.
+        # Sampled actions: the quick model's argmax (the paper's mode) repeats one arm forever, a
+        # behaviour no LinUCB history contains.
         "eval.greedy": False,
     }),
 }

@@ -4,42 +4,34 @@
 assignments from Table 2(a), trains each (10K updates, batch 1024, hidden 512 at paper scale),
 evaluates it in context on every held-out goal, and writes `results.jsonl` + EMP to the workdir.
 
-Presets (the default is the n-gram model at paper scale, 60 goals, ~1K histories):
-  `ad`                   the AD baseline (no n-gram layers), same budget and search space.
-  `goals{G}[_ad]`        G in 10/20/40/60 training goals, 1K histories, evaluated on the other 80-G
-                         (Fig. 6, bottom row).
-  `histories{H}[_ad]`    H in 100/200/500/1000 learning histories over 60 goals (Fig. 6, top).
-  `quick`, `quick_ad`    a 2-core CPU in ~15-20 minutes each: 20 training goals, 80 Q-learning
-                         histories of 40 episodes, a tiny model, 2000 updates, 10 assignments of the
-                         shape-preserving hyperparameters (Table 2 ranges) and subsample 4 or 8
-                         (every 4th/8th episode: 10 or 5 per history; one vmapped program each).
-  `quick_narrow[_ad]`    the same data, subsample 4, 3000 updates, 8 assignments from the better part
+Paper scale (the default): the n-gram model, 60 training goals, ~1K histories; `ad` is the AD
+baseline (no n-gram layers), same budget and search space. Fig. 6's other points are overrides of
+either: G training goals (10, 20, 40, 60), 1K histories, evaluated on the other 80 - G (bottom
+row): `--config.data.num_train_tasks=G --config.data.num_test_tasks=80-G
+--config.data.histories_per_task=ceil(1000/G)`; H learning histories (100, 200, 500, 1000) over
+60 goals (top row): `--config.data.histories_per_task=ceil(H/60)`.
+
+CPU-scale searches (every one with its AD twin `_ad`; results: experiments/RESULTS.md):
+  `quick`                20 training goals, 80 Q-learning histories of 40 episodes, a tiny model,
+                         2000 updates, 10 assignments of the shape-preserving hyperparameters
+                         (Table 2 ranges) and subsample 4 or 8 (every 4th/8th episode: 10 or 5 per
+                         history; one vmapped program each).
+  `quick_narrow`         the same data, subsample 4, 3000 updates, 8 assignments from the better part
                          of the ranges (learning rate 1e-3..1e-2, dropouts <= 0.3/0.2, smoothing <= 0.2).
-  `quick_oracle[_ad]`    the earlier main job (`ad/darkroom.py:quick_oracle`: noisy-oracle histories,
+  `quick_oracle`         the earlier main job (`ad/darkroom.py:quick_oracle`: noisy-oracle histories,
                          (row, column) cell features, one 1-gram layer reading the latest match,
                          sampling at temperature 0.7) as a search: 60 training goals, 2000 updates,
                          8 assignments of Table 2's shape-preserving hyperparameters, one vmapped
-                         program of 8 replicas per method (22 / 20 min for n-gram / AD on 2 idle
-                         cores); `--config.sweep.num_assignments=16` adds 8 more on a rerun.
-                         Results (EMP, paired assignments) in the README.
-  `quick_explorer[_ad]`  the same search on grid-explorer histories (`ad/darkroom.py:quick_ngram`:
+                         program of 8 replicas per method; `--config.sweep.num_assignments=16` adds
+                         8 more on a rerun.
+  `quick_explorer`       the same search on grid-explorer histories (`ad/darkroom.py:quick_ngram`:
                          the source searches the grid from its own observations, then walks to
                          the goal it found), two per training goal (120 histories, the low end of
                          Fig. 6's 100-1000), 16 assignments in two vmapped programs of 8.
-                         EMP at 16: n-gram 32.2 +- 2.4 vs AD 30.8 +- 1.9 (optimal 46.65): no
-                         separation, neither at 80% of optimal (README).
-  `quick_explorer_narrow[_ad]` the same in `NARROW_SPACE`, 8 assignments in programs of 4: EMP
-                         at 8 n-gram 39.9 +- 0.4 vs AD 41.5 +- 0.5, both past 80% of optimal by n = 2.
-  `quick_explorer_goals40[_narrow][_ad]` the explorer search with 40 training goals x 12
-                         histories, evaluated on the other 40 (Fig. 6's bottom row at CPU scale),
-                         8 assignments in one program, in Table 2's space or `NARROW_SPACE`.
-                         `_narrow` with 16 assignments: EMP at 16 n-gram 37.7 +- 1.5 (past 80%
-                         of optimal from 13 assignments) vs AD 34.0 +- 0.5 (at most 73%) (README).
-
-Measured on a shared 2-core CPU (held-out goals, last of 10 in-context episodes; random 0.35,
-Q-learning source 12.05, optimal 46.6): EMP at 10 assignments (`quick`) n-gram 2.08 +- 0.35 vs
-AD 1.36 +- 0.21; at 8 (`quick_narrow`) 2.51 +- 0.54 vs 1.93 +- 0.31. Neither reaches 25% of the
-source at these budgets, so they do not test the paper's near-optimal claim.
+  `quick_explorer_narrow` the same in `NARROW_SPACE`, 8 assignments in programs of 4.
+  `quick_explorer_goals40[_narrow]` the explorer search with 40 training goals x 12 histories,
+                         evaluated on the other 40 (Fig. 6's bottom row at CPU scale), 8
+                         assignments in one program, in Table 2's space or `NARROW_SPACE`.
 """
 
 from icrl_jax.core.config import apply_preset
@@ -113,35 +105,20 @@ QUICK_EXPLORER_GOALS40 = dict(QUICK_EXPLORER, **{"data.num_train_tasks": 40,
                                                  "sweep.num_assignments": 8})
 
 
-def presets() -> dict:
-    out = {
-        "ad": dict(AD_BASELINE),
-        "quick": dict(QUICK, **{"sweep.space": quick_space(True)}),
-        "quick_ad": dict(QUICK, **{"model.ngram_positions": (), "sweep.space": quick_space(False)}),
-        "quick_narrow": dict(QUICK_NARROW),
-        "quick_narrow_ad": dict(QUICK_NARROW, **{"model.ngram_positions": ()}),
-        "quick_oracle": dict(QUICK_ORACLE),
-        "quick_oracle_ad": dict(QUICK_ORACLE, **{"model.ngram_positions": ()}),
-        "quick_explorer": dict(QUICK_EXPLORER),
-        "quick_explorer_ad": dict(QUICK_EXPLORER, **{"model.ngram_positions": ()}),
-        "quick_explorer_narrow": dict(QUICK_EXPLORER_NARROW),
-        "quick_explorer_narrow_ad": dict(QUICK_EXPLORER_NARROW, **{"model.ngram_positions": ()}),
-    }
-    for name, space in (("quick_explorer_goals40", {}),
-                        ("quick_explorer_goals40_narrow", {"sweep.space": NARROW_SPACE})):
-        out[name] = dict(QUICK_EXPLORER_GOALS40, **space)
-        out[f"{name}_ad"] = dict(out[name], **{"model.ngram_positions": ()})
-    for goals in (10, 20, 40, 60):
-        setting = {"data.num_train_tasks": goals, "data.num_test_tasks": 80 - goals,
-                   "data.histories_per_task": -(-1000 // goals)}
-        out[f"goals{goals}"] = setting
-        out[f"goals{goals}_ad"] = dict(setting, **AD_BASELINE)
-    for histories in (100, 200, 500, 1000):
-        setting = {"data.num_train_tasks": 60, "data.num_test_tasks": 20,
-                   "data.histories_per_task": -(-histories // 60)}
-        out[f"histories{histories}"] = setting
-        out[f"histories{histories}_ad"] = dict(setting, **AD_BASELINE)
-    return out
+PRESETS = {
+    "ad": dict(AD_BASELINE),
+    "quick": dict(QUICK, **{"sweep.space": quick_space(True)}),
+    "quick_ad": dict(QUICK, **{"model.ngram_positions": (), "sweep.space": quick_space(False)}),
+    "quick_narrow": dict(QUICK_NARROW),
+    "quick_oracle": dict(QUICK_ORACLE),
+    "quick_explorer": dict(QUICK_EXPLORER),
+    "quick_explorer_narrow": dict(QUICK_EXPLORER_NARROW),
+    "quick_explorer_goals40": dict(QUICK_EXPLORER_GOALS40),
+    "quick_explorer_goals40_narrow": dict(QUICK_EXPLORER_GOALS40, **{"sweep.space": NARROW_SPACE}),
+}
+for _name in ("quick_narrow", "quick_oracle", "quick_explorer", "quick_explorer_narrow",
+              "quick_explorer_goals40", "quick_explorer_goals40_narrow"):
+    PRESETS[_name + "_ad"] = dict(PRESETS[_name], **{"model.ngram_positions": ()})
 
 
 def get_config(preset: str = ""):
@@ -151,4 +128,4 @@ def get_config(preset: str = ""):
     config.model.ngram_positions = (1,)  # after the first block (paper's default)
     config.model.ngram_max = 1
     add_sweep_fields(config, table2_space(ngram=True), num_assignments=100, max_replicas=8)
-    return apply_preset(config, presets(), preset)
+    return apply_preset(config, PRESETS, preset)

@@ -10,7 +10,7 @@ tiny model, 400 updates, shape-preserving hyperparameters only, one vmapped prog
 `ad/key_to_door.py:quick_explorer` (100 training goals x 8 grid-explorer histories, 100 held-out
 goals, the 1-gram layer reading the latest match; `_ad` without it), 8 assignments of Table 2's
 shape-preserving hyperparameters as one vmapped program per method (assignment i is the same
-draw for both). Measured (README): EMP at 8 n-gram 0.51 +- 0.04 vs AD 0.54 +- 0.08, optimal 2.0.
+draw for both).
 `quick_explorer_centre_lapse_narrow[_ad]`: the centre-start, lapsing explorer's recipe searched
 in `NARROW_SPACE`, 8 assignments in one program.
 """
