@@ -1,4 +1,4 @@
-"""benchmarks/matched_dt/export.py: our Minari episodes in D4RL's flat layout, and CORL's
+"""reproductions/matched_dt/export.py: our Minari episodes in D4RL's flat layout, and CORL's
 TrainConfig fields from the matched config."""
 
 import numpy as np
@@ -8,7 +8,7 @@ from helpers import load_script
 
 
 def _export_module():
-    return load_script("benchmarks/matched_dt/export.py", "matched_dt_export")
+    return load_script("reproductions/matched_dt/export.py", "matched_dt_export")
 
 
 def _episodes(lengths, ends):

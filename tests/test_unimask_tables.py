@@ -1,4 +1,4 @@
-"""benchmarks/unimask/table_heatmaps.py: a grid's appendix-comparison table read back into its
+"""reproductions/unimask/table_heatmaps.py: a grid's appendix-comparison table read back into its
 means and standard errors (the heatmaps of a grid whose work directories are gone)."""
 
 import json
@@ -14,7 +14,7 @@ from icrl_jax.papers.unimask import grid as G
 from helpers import ROOT, load_script
 
 def _module():
-    return load_script("benchmarks/unimask/table_heatmaps.py", "unimask_table_heatmaps")
+    return load_script("reproductions/unimask/table_heatmaps.py", "unimask_table_heatmaps")
 
 
 def test_a_written_table_reads_back_to_three_figures_and_rows_not_run_are_nan(tmp_path):
@@ -52,7 +52,7 @@ def test_the_heatmaps_are_drawn_from_the_table(tmp_path):
 
 
 def test_the_script_refuses_a_missing_page_in_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "benchmarks/unimask/table_heatmaps.py",
+    out = subprocess.run([sys.executable, "reproductions/unimask/table_heatmaps.py",
                           str(tmp_path / "absent.md"), "500", str(tmp_path / "out")],
                          cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2, out.stderr

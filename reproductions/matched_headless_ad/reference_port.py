@@ -1,5 +1,5 @@
 """The Headless-AD authors' code on a CPU, for training: run with a python that has torch
-(e.g. /work/venv-ref, see tests/fixtures/make_headless_ad_fixtures.py for how it was made; add
+(e.g. a virtualenv, see tests/fixtures/make_headless_ad_fixtures.py for how it was made; add
 `pip install gymnasium` for their bandit env), never the project's.
 
 `load(checkout)` imports their modules from a checkout of github.com/corl-team/headless-ad

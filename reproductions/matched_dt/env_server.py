@@ -3,7 +3,7 @@
 `corl_runner.py` starts it as a child process so that CORL's `eval_rollout` (which runs in the
 torch venv, without JAX) steps exactly our env's dynamics and reward:
 
-    python benchmarks/matched_dt/env_server.py runs/matched_dt/matched.json
+    python reproductions/matched_dt/env_server.py runs/matched_dt/matched.json
 
 One JSON object per line each way:
 * `{"cmd": "seed", "seed": s}` -> `{}`: the next reset is held-out task 0 again; reset noise is

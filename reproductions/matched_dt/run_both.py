@@ -1,8 +1,8 @@
 """Both Decision Transformers, one after the other per seed, each as its own timed process.
 
-    python benchmarks/matched_dt/run_both.py /work/ref/CORL --data runs/matched_dt --seeds 0 1 2
+    python reproductions/matched_dt/run_both.py $CORL --data runs/matched_dt --seeds 0 1 2
 
-Per seed: ours (`icrl-jax train --config benchmarks/matched_dt/config.py`, work directory
+Per seed: ours (`icrl-jax train --config reproductions/matched_dt/config.py`, work directory
 `<data>/ours/seed_<s>`), then CORL's (`corl_runner.py` under `--ref-python`). Each process's
 wall time, the CPU time of it and its children, and the load average before and after go to
 `<data>/timings.json` (merged with what is there); then `summarise.py` prints the table.
@@ -43,8 +43,8 @@ def main(argv=None):
     parser.add_argument("checkout", help="a checkout of github.com/corl-team/CORL")
     parser.add_argument("--data", required=True, help="export.py's --out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--ref-python", default="/work/venv-ref/bin/python",
-                        help="a python with torch and numpy")
+    parser.add_argument("--ref-python", default=os.environ.get("REF_PYTHON"), required="REF_PYTHON" not in os.environ,
+                        help="a python with torch and numpy (default: $REF_PYTHON)")
     args = parser.parse_args(argv)
     data = os.path.abspath(args.data)
     path = os.path.join(data, "timings.json")
@@ -53,7 +53,7 @@ def main(argv=None):
         workdir = os.path.join(data, "ours", f"seed_{seed}")
         if os.path.exists(workdir):  # a finished run would only be evaluated: no training time
             raise SystemExit(f"{workdir} exists; remove it to time seed {seed} again")
-        ours = ["icrl-jax", "train", "--config", "benchmarks/matched_dt/config.py",
+        ours = ["icrl-jax", "train", "--config", "reproductions/matched_dt/config.py",
                 f"--config.seed={seed}", f"--config.workdir={workdir}",
                 f"--config.data.minari_root={os.path.join(data, 'minari')}",
                 "--config.run.progress=False"]

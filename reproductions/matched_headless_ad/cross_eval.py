@@ -1,7 +1,7 @@
 """Evaluate the authors' trained weights with our evaluation (system python): separates a
 difference of training from one of evaluation.
 
-    python benchmarks/matched_headless_ad/cross_eval.py --data runs/matched_headless_ad --seeds 1 2
+    python reproductions/matched_headless_ad/cross_eval.py --data runs/matched_headless_ad --seeds 1 2
 
 Loads `<data>/theirs/seed_<s>.safetensors` (theirs.py) into our `model.layout=reference`
 model (`reference_layout.params_from_reference`; tests/test_reference_equivalence.py and

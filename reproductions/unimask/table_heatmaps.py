@@ -2,7 +2,7 @@
 (the markdown `appendix_comparison` writes: `appendix / ours ± s.e.m. / ratio` per cell), for a
 grid whose work directories are gone. The values are the table's (three figures).
 
-    python benchmarks/unimask/table_heatmaps.py docs/papers/unimask.md 500 OUT
+    python reproductions/unimask/table_heatmaps.py docs/papers/unimask.md 500 OUT
 
 Writes OUT/heatmap_raw.png, OUT/heatmap_best.png (each column over its best row, the paper's
 form) and OUT/heatmap.json.
@@ -57,7 +57,7 @@ def main(path: str, size: str, out: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 4:
-        print("usage: python benchmarks/unimask/table_heatmaps.py PAGE.md SIZE OUT", file=sys.stderr)
+        print("usage: python reproductions/unimask/table_heatmaps.py PAGE.md SIZE OUT", file=sys.stderr)
         sys.exit(2)
     try:
         main(*sys.argv[1:4])

@@ -1,6 +1,6 @@
 """Diagnostic: our DT started from CORL's initialisation instead of flax's defaults.
 
-    python benchmarks/matched_dt/ours_corl_init.py train --config benchmarks/matched_dt/config.py \\
+    python reproductions/matched_dt/ours_corl_init.py train --config reproductions/matched_dt/config.py \\
         --config.seed=0 --config.workdir=runs/matched_dt/ours_corl_init/seed_0 \\
         --config.data.minari_root=runs/matched_dt/minari --config.run.progress=False
 

@@ -1,6 +1,6 @@
 """Make the matched comparison's data once, for both implementations (system python).
 
-    python benchmarks/matched_headless_ad/export_histories.py --out runs/matched_headless_ad
+    python reproductions/matched_headless_ad/export_histories.py --out runs/matched_headless_ad
 
 Generates our Thompson-sampling histories of the `matched` preset of
 experiments/headless_ad/bernoulli_bandit.py (`<out>/histories.npz`, what our runs train on) and

@@ -1,6 +1,6 @@
 """The matched comparison as a markdown table, from what theirs.py and ours.py wrote.
 
-    python benchmarks/matched_headless_ad/summarise.py --data runs/matched_headless_ad
+    python reproductions/matched_headless_ad/summarise.py --data runs/matched_headless_ad
 
 Score: the cumulative (expected) regret after the evaluation horizon, averaged over the 100
 held-out bandits, per seed; the table gives its mean over seeds +- the standard error of that

@@ -1,6 +1,6 @@
 """The matched-DT table: scores (mean +- s.e.m. over seeds) and wall times of both sides.
 
-    python benchmarks/matched_dt/summarise.py runs/matched_dt
+    python reproductions/matched_dt/summarise.py runs/matched_dt
 
 Reads `<data>/ours/seed_<s>/eval.json` (and `<data>/ours_real_ends/...`,
 `<data>/ours_corl_init/...`, the diagnostics of the former ours_real_ends.py, whose sampler is now

@@ -2,7 +2,7 @@
 each trained group saved so far (`<workdir>/grid/<group>/best.npz`), how far each group ran, and
 `appendix_comparison` on the rows that have them.
 
-    python benchmarks/unimask/partial_table.py runs/unimask_paper_n500 paper_n500 [OUT]
+    python reproductions/unimask/partial_table.py runs/unimask_paper_n500 paper_n500 [OUT]
 
 With OUT, also the heatmaps of those rows there (`write_heatmaps`: raw, best-normalised).
 """

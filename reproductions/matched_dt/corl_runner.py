@@ -1,7 +1,7 @@
 """CORL's Decision Transformer trained and evaluated by its own `train()` on our exported data
 (a python with torch; nothing of CORL is copied, its `dt.py` is imported from the checkout).
 
-    /work/venv-ref/bin/python benchmarks/matched_dt/corl_runner.py /work/ref/CORL \\
+    $REF_PYTHON reproductions/matched_dt/corl_runner.py $CORL \\
         --data runs/matched_dt --seeds 0 1 2
 
 `--data` is what export.py wrote. `dt.py`'s `train(config)` runs as written, with the

@@ -1,6 +1,6 @@
 """The authors' Headless-AD, trained and evaluated on the exported data (a python with torch).
 
-    /work/venv-ref/bin/python benchmarks/matched_headless_ad/theirs.py /work/ref/headless-ad \\
+    $REF_PYTHON reproductions/matched_headless_ad/theirs.py $HEADLESS_AD \\
         --data runs/matched_headless_ad --seeds 0 1 2
 
 `--data` is what export_histories.py wrote. Each seed follows the steps of their `train()`
@@ -175,7 +175,7 @@ def main(argv=None):
     try:
         import torch
     except ImportError:
-        raise SystemExit("theirs.py needs torch (e.g. /work/venv-ref/bin/python)") from None
+        raise SystemExit("theirs.py needs torch (e.g. $REF_PYTHON)") from None
     torch.set_num_threads(args.threads)
     ref = reference_port.load(args.checkout)
     if not ref.has_gym:

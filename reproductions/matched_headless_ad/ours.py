@@ -1,6 +1,6 @@
 """Our Headless-AD on the exported data, both layouts (system python).
 
-    python benchmarks/matched_headless_ad/ours.py --data runs/matched_headless_ad --seeds 0 1 2
+    python reproductions/matched_headless_ad/ours.py --data runs/matched_headless_ad --seeds 0 1 2
 
 For each layout (`--layouts`: `ours` is the `matched` preset of
 experiments/headless_ad/bernoulli_bandit.py, `reference` its `matched_reference`) and seed,

@@ -31,7 +31,7 @@ MATCHED = {
 
 def get_config(preset: str = ""):
     if preset:
-        raise ValueError(f"benchmarks/matched_dt/config.py has no presets, got {preset!r}")
+        raise ValueError(f"reproductions/matched_dt/config.py has no presets, got {preset!r}")
     config = point_maze_config("quick")
     config.experiment = "matched_dt_point_maze"
     for dotted, value in MATCHED.items():

@@ -1,6 +1,6 @@
 """Export the matched configuration's point-maze dataset for CORL's DT (system python, JAX).
 
-    python benchmarks/matched_dt/export.py --out runs/matched_dt
+    python reproductions/matched_dt/export.py --out runs/matched_dt
 
 Writes into `--out`:
 * `minari/`: our Minari dataset (made here if missing; `icrl-jax train` of every seed reads it
