@@ -21,12 +21,21 @@ deleting the files of a step):
   `Composite` args that read like a model mismatch, so those are recognised before restoring.
 
 `_CHECKPOINT_METADATA`, `commit_success.txt`, `_sharding` and the per-process OCDBT manifest are
-not needed to restore; damage to them is harmless.
+not needed to restore; damage to them is harmless. A damaged `signature.json` is a
+`CorruptSignatureError`, one line naming it.
+
+A save the file system refuses (no space left, read-only, permission) is a `WriteError` naming
+the step's directory and the cause. Orbax reports it as a tensorstore `ValueError` ("... No space
+left on device [os_error_code='28']") after its background threads have each logged it with a
+traceback; those records are held back while a save runs and dropped when it failed that way.
+Orbax removes the unfinished `<step>.orbax-checkpoint-tmp` directory when the next run opens
+the checkpoints, so a resumed run saves that step again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -38,7 +47,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from icrl_jax.core.errors import UserError
-from icrl_jax.core.files import write_json
+from icrl_jax.core.files import WRITE_CAUSES, WriteError, write_failure, write_json
 
 
 class CheckpointMismatchError(UserError):
@@ -47,6 +56,10 @@ class CheckpointMismatchError(UserError):
 
 class CorruptCheckpointError(UserError):
     """A checkpoint whose files cannot be read (truncated, overwritten, missing)."""
+
+
+class CorruptSignatureError(UserError):
+    """A `signature.json` that cannot be read: which model wrote the checkpoints is unknown."""
 
 
 class MissingCheckpointError(UserError, FileNotFoundError):
@@ -111,6 +124,20 @@ def _quiet_aborted_reads(unraisable) -> None:
     _quiet_aborted_reads.previous(unraisable)
 
 
+class _HeldBack(logging.Filter):
+    """Keeps the ERROR records logged through absl (orbax's background threads) while a save runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            self.records.append(record)
+            return False
+        return True
+
+
 def _install_quiet_hook() -> None:
     if sys.unraisablehook is not _quiet_aborted_reads:
         _quiet_aborted_reads.previous = sys.unraisablehook
@@ -152,16 +179,42 @@ class Checkpointer:
         if jax.process_index() == 0:  # orbax itself coordinates the processes' array writes
             write_json(self.signature_path, self._full_signature(state), indent=1,
                        sort_keys=True)
-        if not self.manager.save(step, args=ocp.args.StandardSave(state)):
+        _install_quiet_hook()  # a failed write closes orbax's event loop under other writes
+        held, absl_logger = _HeldBack(), logging.getLogger("absl")
+        absl_logger.addFilter(held)
+        failed = None
+        try:
+            saved = self.manager.save(step, args=ocp.args.StandardSave(state))
+            self.manager.wait_until_finished()
+        except Exception as e:
+            failed = write_failure(e)
+            if failed is None:
+                raise
+        finally:
+            absl_logger.removeFilter(held)
+            for record in held.records if failed is None else ():
+                absl_logger.handle(record)
+        if failed is not None:
+            raise WriteError(f"cannot write checkpoint {self.directory}/{step}: "
+                             f"{WRITE_CAUSES[failed.errno]}", self.directory, failed.errno)
+        if not saved:
             raise RuntimeError(f"orbax did not save checkpoint {self.directory}/{step}: steps up "
                                f"to {self.latest_step()} are already there")
-        self.manager.wait_until_finished()
 
     def _check_signature(self, like) -> None:
         if not os.path.exists(self.signature_path):
             return
-        with open(self.signature_path) as f:
-            saved = json.load(f)
+        try:
+            with open(self.signature_path, "rb") as f:
+                saved = json.loads(f.read().decode())
+            if not isinstance(saved, dict):
+                raise ValueError(f"a JSON {type(saved).__name__}, not an object")
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError included
+            reason = f"{type(e).__name__}: {e}"[:160]
+            raise CorruptSignatureError(
+                f"checkpoint signature {self.signature_path} is unreadable ({reason}); it says "
+                f"which model wrote the checkpoints: delete it to resume without that check, or "
+                f"delete {self.directory} to train from scratch") from None
         now = self._full_signature(like)
         saved_shapes, now_shapes = saved.pop("parameter_shapes", {}), now.pop("parameter_shapes")
         diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
@@ -250,4 +303,4 @@ class Checkpointer:
 
 
 __all__ = ["Checkpointer", "CheckpointMismatchError", "CorruptCheckpointError",
-           "MissingCheckpointError"]
+           "CorruptSignatureError", "MissingCheckpointError"]

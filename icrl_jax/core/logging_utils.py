@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from icrl_jax.core.errors import UserError, did_you_mean
 from icrl_jax.core.extras import import_extra
+from icrl_jax.core.files import make_dirs, writing
 
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -85,18 +86,23 @@ class MetricsLogger:
     def __init__(self, workdir: str, phase: str, wandb: bool = False,
                  wandb_project: str = "icrl-jax", wandb_mode: str = "offline",
                  run_config: dict | None = None):
-        os.makedirs(workdir, exist_ok=True)
+        make_dirs(workdir)
         self.phase = phase
         # W&B first: a missing package or bad mode fails before any file is opened.
         self.wandb = _wandb_for(workdir, wandb_project, wandb_mode, run_config) if wandb else None
-        self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        with writing(self.path):  # a refused write is one line naming the file
+            self.jsonl = open(self.path, "a")
         from tensorboardX import SummaryWriter
-        self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+        self.tb_dir = os.path.join(workdir, "tensorboard")
+        with writing(self.tb_dir):
+            self.tb = SummaryWriter(self.tb_dir)
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
-        self.jsonl.write(json.dumps({"step": int(step), "phase": self.phase,
-                                     **{k: float(v) for k, v in metrics.items()}}) + "\n")
-        self.jsonl.flush()
+        with writing(self.path):
+            self.jsonl.write(json.dumps({"step": int(step), "phase": self.phase,
+                                         **{k: float(v) for k, v in metrics.items()}}) + "\n")
+            self.jsonl.flush()
         for name, value in metrics.items():
             self.tb.add_scalar(f"{self.phase}/{name}", float(value), int(step))
         if self.wandb is not None:
@@ -104,5 +110,13 @@ class MetricsLogger:
                            step=int(step))
 
     def close(self) -> None:
-        self.jsonl.close()
-        self.tb.close()
+        """Flush and close the files. Closing while another error propagates (a `finally` after
+        a failed checkpoint write) leaves the report to that error."""
+        failing = sys.exc_info()[1] is not None
+        for path, file in ((self.path, self.jsonl), (self.tb_dir, self.tb)):
+            try:
+                with writing(path):
+                    file.close()
+            except UserError:
+                if not failing:
+                    raise

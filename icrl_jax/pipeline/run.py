@@ -17,8 +17,10 @@ and `in_context_curves.png`; `icrl-jax report` adds `seed_*/variants.json` and `
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -33,11 +35,13 @@ from icrl_jax.pipeline import train as T
 from icrl_jax.core.config import check_workdir, finalize
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
-from icrl_jax.core.files import atomic_write, write_json, write_text
+from icrl_jax.core.files import (atomic_write, make_dirs, remove_stale_temporaries, write_json,
+                                 write_text)
 from icrl_jax.core.logging_utils import MetricsLogger
 from icrl_jax.core.plots import plot_curves
 from icrl_jax.core.registry import COMMANDS, HOOKS, REPORTS
 from icrl_jax.core.validation import validate
+from icrl_jax.core.workdir_lock import hold, refuse_if_in_use
 from icrl_jax.data import sources as S
 from icrl_jax.data.builders import (Rows, dataset_returns, generate, num_rows, open_dataset,
                                     reference_scores, share_dataset, task_split)
@@ -45,6 +49,7 @@ from icrl_jax.data.minari_io import normalized_score
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.methods import build_method, method_class
 from icrl_jax.methods.base import Method
+from icrl_jax.pipeline.resources import sized_by
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -67,7 +72,9 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     check_workdir(config)
     for hook in active_hooks(config):
         hook.resolve(config, env)
-    os.makedirs(config.workdir, exist_ok=True)
+    if is_main_process():  # nothing is written into a directory another run holds
+        refuse_if_in_use(config.workdir)
+    make_dirs(config.workdir)
     if is_main_process():
         write_text(os.path.join(config.workdir, "config.json"),
                    config.to_json_best_effort(indent=1, sort_keys=True))
@@ -120,6 +127,23 @@ def build_env(config, **overrides):
     return envs.make(config.env.name, **dict(config.env.kwargs.to_dict(), **overrides))
 
 
+def one_run_per_workdir(fn):
+    """Run `fn(config, ...)` holding `config.workdir`'s lock (`core/workdir_lock.py`): another
+    process on the same directory is refused in one line. Temporary files a killed run left
+    there (and beside the dataset) are removed first."""
+    @functools.wraps(fn)
+    def holding(config, *args, **kwargs):
+        with hold(config.workdir, fn.__name__, is_main_process()):
+            if is_main_process():
+                for folder in {config.workdir, os.path.join(config.workdir, "evals"),
+                               os.path.join(config.workdir, "eval_rollouts"),
+                               os.path.dirname(config.data.path) or config.workdir}:
+                    remove_stale_temporaries(folder)
+            return fn(config, *args, **kwargs)
+    return holding
+
+
+@one_run_per_workdir
 def train(config):
     """Generate (if needed), run the active hooks' stages (e.g. a pretraining the model needs),
     train (resuming), then evaluate unless `run.evaluate` is off."""
@@ -127,9 +151,11 @@ def train(config):
     for hook in active_hooks(config):  # stages some configs need first (e.g. pretraining)
         hook.before_train(config, env, lambda: dataset_of(config, env))
     method = build_method(config, env)
-    data = training_data_of(config, env, method)
+    with sized_by("data generation", config):
+        data = training_data_of(config, env, method)
     programs = {}  # one compile of the steps for all the segments between evaluations
 
+    @sized_by("training", config)
     def fit(stop_at=None):
         return T.train(method, data, config.train, config.workdir,
                        method.signature(config, env), seed=config.seed,
@@ -254,12 +280,14 @@ def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
     return results, curves, rollouts
 
 
+@one_run_per_workdir
 def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     """Roll out the trained model on the evaluation tasks next to the baselines; writes
     `eval.json` and `eval_rollouts.npz` (`evals/step_<step>.json` and
     `eval_rollouts/step_<step>.npz` for `params` of an earlier training `step`),
     `in_context_curves.png` and, for the final parameters only, the method's analysis (e.g.
-    attention maps)."""
+    attention maps). Without `params`, the newest checkpoint is evaluated and `eval.json`
+    records its step (`checkpoint_step`), with a note when it is not `train.num_steps`."""
     if params is None and T.latest_checkpoint_step(config.workdir) is None:
         # Before the dataset is made: evaluating a run never trained needs nothing generated.
         raise T.MissingCheckpointError(
@@ -273,8 +301,14 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
         params = load_params(config, env, method, method.training_data(dataset, config, env))
     tasks = eval_tasks(env, config)
     start = time.perf_counter()
-    results, curves, rollouts = rollout_and_score(config, env, method, params, tasks,
-                                                  jax.random.PRNGKey(config.eval.seed))
+    with sized_by("evaluation", config):
+        results, curves, rollouts = rollout_and_score(config, env, method, params, tasks,
+                                                      jax.random.PRNGKey(config.eval.seed))
+    results["checkpoint_step"] = checkpoint_step
+    if step is None and checkpoint_step != int(config.train.num_steps):
+        results["note"] = (f"evaluated the newest checkpoint, step {checkpoint_step}, not "
+                           f"train.num_steps={config.train.num_steps}: its training did not end")
+        print(f"icrl-jax: {results['note']}", file=sys.stderr)
     refs = reference_scores(dataset)
     if refs is not None:  # datasets with reference returns: D4RL-normalised scores
         results.update({f"{name}_d4rl_score": float(normalized_score(
@@ -358,9 +392,11 @@ def write_eval_results(config, results: dict[str, Any], step: int | None = None,
         with atomic_write(arrays, "wb") as f:
             np.savez_compressed(f, **per_rollout)
     # Last: a run that finds eval.json has its rollouts too (both are written whole or not at all).
-    write_json(path, dict(results, step=step), indent=1)
+    # `step` is the checkpoint's, which a run stopped early has below train.num_steps.
+    evaluated = int(results.get("checkpoint_step", step))
+    write_json(path, dict(results, step=evaluated), indent=1)
     logger = MetricsLogger(config.workdir, "eval")
-    logger.write(step, {k: v for k, v in results.items() if isinstance(v, float)})
+    logger.write(evaluated, {k: v for k, v in results.items() if isinstance(v, float)})
     logger.close()
     print(json.dumps({k: v for k, v in results.items() if not isinstance(v, (list, dict))},
                      indent=1))
@@ -439,4 +475,5 @@ def run(config, command: str):
         if section and (command == other) != (config.get(section) is not None):
             raise UserError(f"{other} takes a config with an `{section}` section, and only it "
                             f"takes one (a config of another kind)")
-    return COMMANDS.get(command).run(config)
+    with hold(config.workdir, command, is_main_process()), sized_by("the run", config):
+        return COMMANDS.get(command).run(config)
