@@ -297,8 +297,10 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     method = build_method(config, env)
     rows = process_share(config, env)
     dataset = dataset_of(config, env, rows)
+    checkpoint_step = int(config.train.num_steps) if step is None else int(step)
     if params is None:
         params = load_params(config, env, method, method.training_data(dataset, config, env))
+        checkpoint_step = T.latest_checkpoint_step(config.workdir)
     tasks = eval_tasks(env, config)
     start = time.perf_counter()
     with sized_by("evaluation", config):
