@@ -136,6 +136,14 @@ TRAIN_CONSTRAINTS = V.declare("train", (
                "train.steps_per_call must be at most train.num_steps (steps fused in one call)",
                lambda per_call, steps: per_call <= steps,
                lambda per_call, steps: f"train.steps_per_call={steps}"),
+    # A training call runs steps_per_call steps: the run, its logs and checkpoints end on one.
+    *(V.relation((f"train.{name}", "train.steps_per_call"),
+                 f"train.{name} must be a multiple of train.steps_per_call (a training call "
+                 f"runs that many steps)",
+                 lambda value, per_call: value % per_call == 0,
+                 lambda value, per_call, name=name:
+                 f"train.{name}={max(1, round(value / per_call)) * per_call}")
+      for name in ("num_steps", "log_every", "checkpoint_every")),
     # Several processes keep every device in the data mesh (pipeline/train.py data_mesh); one
     # process uses the most devices the batch divides over. A sweep splits replicas instead.
     V.relation(("train.batch_size",),
@@ -388,6 +396,15 @@ def check_workdir(config: ml_collections.ConfigDict) -> None:
     Raises `UserError` naming both runs when `<workdir>/config.json` differs from `config` in
     `experiment`, `method` or `env.name`.
     """
+    if os.path.exists(config.workdir) and not os.path.isdir(config.workdir):
+        raise UserError(f"work directory {config.workdir!r} is a file, not a directory; pass "
+                        f"another --config.workdir=DIR")
+    parent = os.path.dirname(os.path.abspath(config.workdir))
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        raise UserError(f"work directory {config.workdir!r} cannot be made: {parent} is a file; "
+                        f"pass another --config.workdir=DIR")
     path = os.path.join(config.workdir, "config.json")
     if not os.path.exists(path):
         return

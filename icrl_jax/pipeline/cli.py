@@ -9,10 +9,12 @@ pretrain-lm, pretrain-vq). `icrl-jax --help` lists them with their lines. Every 
 A run whose work directory already holds checkpoints resumes from the latest one.
 
 Bad input (an unknown command, config key, preset, method, environment or data source, a config
-value breaking its declared constraint (`core/validation.py`), a missing config file, a work
-directory holding another experiment, nothing trained to evaluate) prints one line, `icrl-jax: <what is
-wrong>`, and exits with status 2 (README "Errors" lists what is checked); any other exception
-is a bug: it keeps its traceback, says so in a last line, and exits with status 1.
+value breaking its declared constraint (`core/validation.py`), a missing config file or one that
+does not load, a work directory holding another experiment or in use by another run, nothing
+trained to evaluate) and faults of the machine (a write the file system refuses, out of memory)
+print one line, `icrl-jax: <what is wrong>`, and exit with status 2 (README "Errors" lists what
+is checked); any other exception is a bug: it keeps its traceback, says so in a last line, and
+exits with status 1.
 """
 
 from __future__ import annotations
@@ -172,6 +174,45 @@ def _user_error_in(error: BaseException) -> UserError | None:
     return found
 
 
+def _frames(error: BaseException):
+    """(file, line) of each frame of `error`'s traceback, outermost first."""
+    tb = error.__traceback__
+    while tb is not None:
+        yield tb.tb_frame.f_code.co_filename, tb.tb_lineno
+        tb = tb.tb_next
+
+
+def _config_file_error(error: BaseException, argv: list[str]) -> UserError | None:
+    """One line for a config file that does not load (a syntax error, a failing import, an
+    exception inside it, no `get_config`), naming the file and the line; None when `error` did
+    not come from the config file."""
+    value = _config_arg(argv)
+    if value is None:
+        return None
+    path = value.split(":", 1)[0]
+    target = os.path.abspath(path)
+    chain, seen = [], set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    for error in reversed(chain):  # the innermost first: the wrappers repeat its traceback
+        text = str(error).strip().splitlines()
+        what = f"{type(error).__name__}: {text[0] if text else ''}"
+        if isinstance(error, SyntaxError) and error.filename and \
+                os.path.abspath(error.filename) == target:
+            return UserError(f"config file {path} line {error.lineno}: {type(error).__name__}: "
+                             f"{error.msg}")
+        lines = [line for file, line in _frames(error) if os.path.abspath(file) == target]
+        if lines:
+            return UserError(f"config file {path} line {lines[-1]}: {what}")
+        if isinstance(error, AttributeError) and "attribute 'get_config'" in str(error):
+            return UserError(f"config file {path} defines no get_config(preset='') function")
+        if isinstance(error, TypeError) and "get_config()" in str(error):
+            return UserError(f"config file {path}: {what} (get_config takes the preset)")
+    return None
+
+
 def _parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing, with bad input on the command line raised as a `UserError`.
 
@@ -185,7 +226,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except (AttributeError, KeyError, flags.Error) as e:
-        user = _user_error_in(e)
+        user = _user_error_in(e) or _config_file_error(e, argv)
         from_config_file = isinstance(e, flags.Error) and _CONFIG_FILE_FAILED in str(e)
         if user is None and not from_config_file:
             user = _override_error(argv)
@@ -195,6 +236,30 @@ def _parse_flags(argv: list[str]) -> list[str]:
         if user is None:
             raise
         raise user from None
+    except Exception as e:  # a config file that does not load: a syntax error, an import, ...
+        user = _user_error_in(e) or _config_file_error(e, argv)
+        if user is None:
+            raise
+        raise user from None
+
+
+def _fault(error: BaseException) -> str | None:
+    """One line for a fault of the machine rather than the code, None for anything else: a
+    write the file system refused (`core.files.WRITE_CAUSES`) that no layer named, or XLA out of
+    memory outside the stages that name their settings (`pipeline/resources.py`)."""
+    from icrl_jax.core.files import WRITE_CAUSES, write_failure
+    failed = write_failure(error)
+    if failed is not None:
+        where = f" {failed.filename}" if failed.filename else ""
+        return f"the file system refused{where}: {WRITE_CAUSES[failed.errno]}"
+    from icrl_jax.pipeline.resources import asked_for, out_of_memory
+    message = out_of_memory(error)
+    if message is not None:
+        size = asked_for(message)
+        return (f"out of memory: the device could not make an allocation{' of ' + size if size else ''}; "
+                f"lower the batch size (train.batch_size), the model width (model.d_model) or the "
+                f"number of environments (eval.num_envs_per_task, data.num_train_tasks)")
+    return None
 
 
 def main() -> None:
@@ -214,6 +279,10 @@ def main() -> None:
         print(f"icrl-jax: {e}", file=sys.stderr)
         sys.exit(2)
     except Exception as e:  # not bad input: a bug, reported with its traceback
+        fault = _fault(e)
+        if fault is not None:
+            print(f"icrl-jax: {fault}", file=sys.stderr)
+            sys.exit(2)
         traceback.print_exc()
         print(f"icrl-jax: internal error {type(e).__name__} (a bug, not your input: please report "
               f"it with the command line and the traceback above)", file=sys.stderr)
