@@ -8,6 +8,7 @@ lists its own options. `--device` is read here too, before any suite starts JAX.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 
 from benchmarks import harness
@@ -17,7 +18,44 @@ SUITES = {
     "accelerator": ("benchmarks.accelerator",
                     "the device check: training tokens/s and MFU (fp32, bf16) of three models, in-context "
                     "evaluation at 4k-1M envs, every JAX env at 65k envs, history generation",
-                    "<= 10 min on one GPU; about 1 min with --tiny on a CPU"),
+                    "<= 10 min on one GPU; a few minutes with --tiny on a CPU"),
+    "envs": ("benchmarks.bench_envs", "env steps/s of our envs beside gymnax's bandit, 1-65,536 envs",
+             "minutes on a CPU (--quick: 10x fewer steps)"),
+    "eval_scaling": ("benchmarks.bench_eval_scaling",
+                     "in-context evaluation env-steps/s and peak RSS against the number of envs; the "
+                     "authors' loops beside ours with --ref-python and their checkouts", "minutes on a CPU"),
+    "histories": ("benchmarks.bench_histories", "learning-history generation (Thompson samplers, NumPy "
+                  "generator, Q-learning), 10,000 histories", "minutes on a CPU (--quick: 10x fewer)"),
+    "sweep": ("benchmarks.bench_sweep", "sweep assignments/hour, one by one vs vmapped replicas", "minutes"),
+    "context_caches": ("benchmarks.bench_context_caches", "rollouts past the context: staggered caches vs the "
+                       "recomputed window", "minutes"),
+    "vq_context": ("benchmarks.bench_vq_context", "AD + VQ n-grams in context: codes kept vs recomputed",
+                   "minutes"),
+    "point_maze": ("benchmarks.bench_point_maze", "point maze steps/s, JAX vs gymnasium-robotics' MuJoCo",
+                   "minutes (needs gymnasium-robotics)"),
+    "mjx_envs": ("benchmarks.bench_mjx_envs", "MJX locomotion steps/s beside gymnasium's MuJoCo and brax",
+                 "minutes (needs the continuous extra)"),
+    "locomotion": ("benchmarks.bench_locomotion", "brax locomotion steps/s by physics backend: ENV BACKEND [STEPS]",
+                   "minutes (needs brax)"),
+    "ppo_mjx": ("benchmarks.bench_ppo_mjx", "on-device PPO env steps/s on an MJX env by envs per update",
+                "minutes (needs the continuous extra)"),
+    "datasets": ("benchmarks.bench_datasets", "Minari dataset generation: time, size, peak memory",
+                 "minutes to hours by --preset"),
+    "bridge": ("benchmarks.bench_bridge", "host-simulator bridge steps/s vs a Python loop; pools",
+               "minutes (needs vizdoom or miniworld)"),
+    "gpt_dt_smollm2": ("benchmarks.bench_gpt_dt_smollm2", "GPT-DT training with SmolLM2's first k blocks",
+                       "minutes (needs the SmolLM2 GGUF)"),
+    "reference_speed": ("benchmarks.bench_reference_speed", "the Headless-AD authors' training step (PyTorch) "
+                        "beside ours: --checkout (or $HEADLESS_AD), --ref-python (or $REF_PYTHON)", "minutes"),
+    "attention_core": ("benchmarks.bench_attention_core", "attention core and dropout masks against another "
+                       "checkout (--old DIR), one process", "minutes"),
+    "bf16_products": ("benchmarks.bench_bf16_products", "float32 vs bfloat16 products on the CPU at the "
+                      "training step's shapes", "about a minute"),
+    "collectives": ("benchmarks.bench_collectives", "gradient all-reduce on CPU devices: per-leaf buffers vs one",
+                    "about a minute"),
+    "feed_forward": ("benchmarks.bench_feed_forward", "feed-forward token-major vs feature-major", "about a minute"),
+    "sampling": ("benchmarks.bench_sampling", "sampling windows from histories split over devices",
+                 "about a minute"),
 }
 
 
@@ -42,7 +80,11 @@ def main(argv: list[str]) -> int:
         return 2
     if "--device" in rest and rest.index("--device") + 1 < len(rest):
         harness.choose_device(rest[rest.index("--device") + 1])  # before the suite imports JAX
-    return importlib.import_module(SUITES[name][0]).main(rest) or 0
+    main_function = importlib.import_module(SUITES[name][0]).main
+    if inspect.signature(main_function).parameters:
+        return main_function(rest) or 0
+    sys.argv = [f"python -m benchmarks {name}", *rest]  # a suite whose main() reads sys.argv
+    return main_function() or 0
 
 
 if __name__ == "__main__":

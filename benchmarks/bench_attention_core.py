@@ -23,8 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from results import cpu_model, table_section  # noqa: E402  (this directory)
+from benchmarks.harness import cpu_model, table_section  # noqa: E402
 
 HEADING = "## Attention core and dropout masks, before and after (one process)"
 

@@ -16,10 +16,7 @@ still spread one product over both cores.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from icrl_jax.core.cpu_devices import use_one_device_per_core  # noqa: E402
 
 use_one_device_per_core()
@@ -28,7 +25,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from results import best_seconds, cpu_model, table_section  # noqa: E402
+from benchmarks.harness import cpu_model, table_section, time_call  # noqa: E402
 
 #: (what, tokens, K, M, kind): `(tokens, K) @ (K, M)`, or for "contract" rows the sum over
 #: tokens `(tokens, K)^T (tokens, M)` (a kernel gradient); tokens per device (half a batch).
@@ -67,7 +64,7 @@ def main():
         b = rng.standard_normal((tokens if kind == "contract" else k, m)).astype(np.float32)
         a, b = jax.device_put(a, devices[0]), jax.device_put(b, devices[0])
         calls = 3 if tokens == 4096 else 50
-        seconds = [best_seconds(products(kind, dtype), a, b, calls=calls, repeats=5)
+        seconds = [time_call(products(kind, dtype), a, b, calls=calls, rounds=5).seconds
                    for dtype in (None, jnp.float32, jnp.bfloat16)]
         flops = 2 * tokens * k * m
         rows.append(f"| {what} | {tokens} x {k} x {m} | "

@@ -15,11 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 HEADING = "## Gradient all-reduce on CPU devices: one buffer per leaf vs one flat buffer"
 
 
@@ -27,7 +25,6 @@ def small_model_leaves():
     """The parameter shapes of `bench_train.py`'s small row (2x64 AD, 81 observations)."""
     import jax
     import jax.numpy as jnp
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     from bench_train import benchmark_model, synthetic_data
     from icrl_jax.data.dataset import sample_windows
     method, _ = benchmark_model(2, 64, 4, 64, 100)
@@ -81,7 +78,7 @@ def main():
     args = parser.parse_args()
     import jax
     jax.config.update("jax_num_cpu_devices", 2)
-    from results import table_section  # this directory
+    from benchmarks.harness import table_section
     shapes = small_model_leaves()
     ms, total = measure(shapes)
     leaves, flat = ms["one buffer per leaf"], ms["one flat buffer"]

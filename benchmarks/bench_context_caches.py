@@ -73,7 +73,7 @@ def main() -> None:
     cpu_devices.use_one_device_per_core()
     import jax
 
-    from results import cpu_model, table_section  # this directory
+    from benchmarks.harness import cpu_model, table_section
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.methods.in_context import in_context_source
 

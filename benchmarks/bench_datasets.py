@@ -22,7 +22,7 @@ import resource
 import tempfile
 import time
 
-from results import cpu_model  # benchmarks/results.py (this script's directory)
+from benchmarks.harness import cpu_model
 
 
 def main():

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from results import cpu_model, write_section  # benchmarks/results.py (this script's directory)
+from benchmarks.harness import cpu_model, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Environment steps per second"
@@ -168,7 +168,7 @@ def main() -> None:
         return
     rows = []
     for name in args.envs:
-        cmd = [sys.executable, __file__, "--child", name, "--repeats", str(args.repeats),
+        cmd = [sys.executable, "-m", "benchmarks.bench_envs", "--child", name, "--repeats", str(args.repeats),
                "--batches", *map(str, batches)] + (["--quick"] if args.quick else [])
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if out.returncode:

@@ -280,7 +280,7 @@ def rate_text(rate: float) -> str:
 
 def run_child(command: list[str]) -> tuple[dict | None, str]:
     """(last JSON line of the child's stdout, or None; the error text)."""
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(HERE))
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
         return None, (done.stdout + done.stderr)[-3000:]
@@ -344,7 +344,7 @@ def main() -> None:
         if args.device:  # the child finds the accelerator (this process must not hold it)
             sizes = sizes[-1:]
         for n in sizes:
-            command = [sys.executable, __file__, "--one", str(n), "--method", method_name,
+            command = [sys.executable, "-m", "benchmarks.bench_eval_scaling", "--one", str(n), "--method", method_name,
                        "--steps", str(args.steps), "--policy", args.policy, "--window",
                        str(args.window), "--chunk", str(args.chunk), "--longest",
                        str(args.longest)] + (["--device"] if args.device else [])
@@ -386,7 +386,7 @@ def main() -> None:
                         f"{f'{ratio / rate:,.0f}x' if ratio else ''} |")
             print(rows[-1], f"(torch {r['torch']})", flush=True)
 
-    from results import cpu_model, table_section  # this directory
+    from benchmarks.harness import cpu_model, table_section
     where = ("the default accelerator" if args.device else
              f"{cpu_model()}, {os.cpu_count()} cores (one CPU device per core)")
     prose = (f"`python benchmarks/bench_eval_scaling.py {' '.join(sys.argv[1:])}` on {where}; "

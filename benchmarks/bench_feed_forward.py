@@ -85,9 +85,9 @@ def main():
     if args.child:
         return _measure(args.child, args.rounds, args.tokens, args.width)
     for devices in args.devices:  # JAX fixes its device count per process
-        subprocess.run([sys.executable, __file__, "--child", str(devices), "--rounds",
-                        str(args.rounds), "--tokens", str(args.tokens), "--width",
-                        str(args.width)], check=True)
+        subprocess.run([sys.executable, "-m", "benchmarks.bench_feed_forward", "--child", str(devices),
+                        "--rounds", str(args.rounds), "--tokens", str(args.tokens), "--width",
+                        str(args.width)], check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 if __name__ == "__main__":

@@ -95,14 +95,13 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one, args.calls, args.repeats)))
         return
-    sys.path.insert(0, HERE)
-    from results import cpu_model, table_section
+    from benchmarks.harness import cpu_model, table_section
 
     rows, results = [], []
     for layers in args.layers:
-        out = subprocess.run([sys.executable, __file__, "--one", str(layers), "--calls",
-                              str(args.calls), "--repeats", str(args.repeats)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-m", "benchmarks.bench_gpt_dt_smollm2", "--one", str(layers),
+                              "--calls", str(args.calls), "--repeats", str(args.repeats)],
+                             capture_output=True, text=True, check=True, cwd=os.path.dirname(HERE))
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results.append(r)
         rows.append(f"| {layers} | {r['params'] / 1e6:.2f} M | {r['step_s']:.3f} | "

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from results import cpu_model, write_section  # benchmarks/results.py (this script's directory)
+from benchmarks.harness import ROOT, cpu_model, write_section
 
 SECTION = "## Learning-history generation"
 #: Tasks per jitted call: 10k tasks at once fall out of cache (measured 7.5 s vs ~5 s for TS and
@@ -127,11 +127,12 @@ def _workload(name, n, repeats):
 
 
 def _spawn(name, n, repeats):
-    cmd = [sys.executable, __file__, "--workload", name, "--n", str(n), "--repeats", str(repeats)]
+    cmd = [sys.executable, "-m", "benchmarks.bench_histories", "--workload", name, "--n", str(n),
+           "--repeats", str(repeats)]
     # One XLA:CPU host device per core: generate_histories sends chunks to them round-robin.
     env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") +
                                       f" --xla_force_host_platform_device_count={os.cpu_count()}"))
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env, cwd=ROOT)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

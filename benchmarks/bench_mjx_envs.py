@@ -20,8 +20,7 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results import cpu_model, table_section  # noqa: E402
+from benchmarks.harness import cpu_model, table_section  # noqa: E402
 
 from icrl_jax import envs  # noqa: E402
 from icrl_jax.envs.continuous.mjx_locomotion import TASKS  # noqa: E402

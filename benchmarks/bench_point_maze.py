@@ -25,7 +25,7 @@ import os
 import platform
 import time
 
-from results import cpu_model  # this directory
+from benchmarks.harness import cpu_model
 
 BATCHES = (1, 256, 4096)
 

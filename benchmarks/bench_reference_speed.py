@@ -1,7 +1,7 @@
 """Training speed of the Headless-AD authors' bandit model against ours, side by side, one run.
 
-    python benchmarks/bench_reference_speed.py --checkout /work/ref/headless-ad \\
-        [--ref-python /work/venv-ref/bin/python] [--batches 4 32] [--dropouts 0 0.22] \\
+    python -m benchmarks reference_speed --checkout <headless-ad checkout> \\
+        [--ref-python <python with torch>] [--batches 4 32] [--dropouts 0 0.22] \\
         [--steps 3] [--mem-limit-gb 12] [--out table.md]
 
 The paper's Bernoulli-bandit scale (Table 3): 4 layers, d 512, 64 heads, 300-step windows of
@@ -11,7 +11,7 @@ forward pass, the loss, the backward pass, gradient clipping and the AdamW updat
 
 * theirs: their `Model` with their `_init_weights`, `ActionMapper` (regenerated each step) and
   `loss_fn`, in a python with torch (`--ref-python`), on a CPU through
-  benchmarks/matched_headless_ad/reference_port.py (SDPA for flash attention, plain SwiGLU /
+  reproductions/matched_headless_ad/reference_port.py (SDPA for flash attention, plain SwiGLU /
   RMSNorm / rotary), float32;
 * ours, `model.layout=reference`: the same model in JAX (same tokens: 2 x 300 + 20 + 2);
 * ours, default layout: our Headless-AD (one token per step and the 20-token prompt).
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -58,7 +57,7 @@ def child_theirs(args) -> dict:
     except ImportError:
         raise SystemExit("no torch") from None
     from functools import partial
-    sys.path.insert(0, os.path.join(HERE, "matched_headless_ad"))
+    sys.path.insert(0, os.path.join(ROOT, "reproductions", "matched_headless_ad"))  # in $REF_PYTHON
     import reference_port
     ref = reference_port.load(args.checkout)
     torch.manual_seed(0)
@@ -184,28 +183,17 @@ def run_child(python: str, layout: str, batch: int, dropout: float, args) -> dic
 
 
 def has_torch(python: str) -> bool:
+    if not python:
+        return False
     probe = subprocess.run([python, "-c", "import torch"], capture_output=True)
     return probe.returncode == 0
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-        fields = {}
-        for line in info.splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-        return (f"{fields['model name']} (family {fields.get('cpu family', '?')} model "
-                f"{fields.get('model', '?')}), {os.cpu_count()} cores")
-    except (OSError, KeyError):
-        return f"{platform.processor() or 'CPU'}, {os.cpu_count()} cores"
-
-
 def table(rows: list, args) -> str:
+    from benchmarks.harness import cpu_model  # the parent only: children run in $REF_PYTHON too
     lines = [f"Headless-AD training step at the paper's bandit scale (4 layers, d 512, 64 heads, "
              f"300 steps, 20 arms, embeddings 128); {args.warmup} warm-up + {args.steps} timed "
-             f"steps per row. Hardware: {cpu_name()} (shared). Command: `python "
+             f"steps per row. Hardware: {cpu_model()}, {os.cpu_count()} cores (shared). Command: `python "
              f"benchmarks/bench_reference_speed.py --checkout {args.checkout} --batches "
              f"{' '.join(map(str, args.batches))} --dropouts "
              f"{' '.join(map(str, args.dropouts))} --steps {args.steps}`.", "",
@@ -228,8 +216,10 @@ def table(rows: list, args) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--checkout", default="/work/ref/headless-ad")
-    parser.add_argument("--ref-python", default="/work/venv-ref/bin/python")
+    parser.add_argument("--checkout", default=os.environ.get("HEADLESS_AD"), required="HEADLESS_AD" not in os.environ,
+                        help="a checkout of github.com/corl-team/headless-ad (default: $HEADLESS_AD)")
+    parser.add_argument("--ref-python", default=os.environ.get("REF_PYTHON", ""),
+                        help="a python with torch for the authors' rows (default: $REF_PYTHON; none: skipped)")
     parser.add_argument("--batches", type=int, nargs="+", default=[4, 32])
     parser.add_argument("--dropouts", type=float, nargs="+", default=[0.0, 0.22])
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)

@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 #: (label, histories, steps per history, batch, window)
 CASES = (
@@ -90,7 +88,7 @@ def main():
     args = parser.parse_args()
     import jax
     jax.config.update("jax_num_cpu_devices", args.devices)
-    from results import table_section  # this directory
+    from benchmarks.harness import table_section
     rows = measure(args.devices)
     table_section(
         HEADING,

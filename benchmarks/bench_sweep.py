@@ -18,12 +18,10 @@ import argparse
 import os
 import platform
 import re
-import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from icrl_jax.core import cpu_devices  # noqa: E402  (before JAX starts its backend)
 

@@ -16,7 +16,7 @@ import argparse
 import os
 import time
 
-from results import cpu_model  # benchmarks/results.py (this script's directory)
+from benchmarks.harness import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTION = "## AD + VQ n-grams in context: codes kept per frame vs recomputed over the window"
