@@ -1,10 +1,10 @@
 """The built site in a real browser (headless Chromium, 1280 px wide): every image on a page loads,
 and no table is wider than the content column; screenshots of the home page and a paper page.
 
-Pages are measured from a small harness page served beside the site: it loads each page in a
-1280 px iframe of the same origin, measures it once loaded, and writes the result into its own DOM,
-which `chromium --dump-dom` prints. Screenshots go to pytest's temporary folder
-(`--basetemp=DIR` keeps them in DIR)."""
+Collapsible blocks are opened before measuring. Pages are measured from a small harness page
+served beside the site: it loads each page in a 1280 px iframe of the same origin, measures it once
+loaded, and writes the result into its own DOM, which `chromium --dump-dom` prints. Screenshots go
+to pytest's temporary folder (`--basetemp=DIR` keeps them in DIR)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ HARNESS = """<!doctype html><html><body>
 const frame = document.getElementById("page");
 frame.onload = () => {
   const doc = frame.contentDocument;
+  doc.querySelectorAll("details").forEach(d => { d.open = true; });  // what a reader opens must fit too
   const column = doc.querySelector(".md-content__inner");
   const limit = column.getBoundingClientRect().right + 1;
   const images = [...doc.images].map(img => ({src: img.getAttribute("src"),
