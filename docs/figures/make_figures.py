@@ -97,6 +97,13 @@ def find_table(path: str, section: str, first_column: str | None = None) -> Tabl
                            + (f" with first column '{first_column}'" if first_column else ""))
 
 
+def table_rows(path: str, section: str, first_column: str) -> list[dict[str, str]]:
+    """The rows of `find_table(path, section, first_column)` as {header: cell}."""
+    table = find_table(path, section, first_column)
+    header = [plain(h) for h in table.header]
+    return [dict(zip(header, row)) for row in table.rows]
+
+
 def find_row(path: str, table: Table, pattern: str) -> dict[str, str]:
     """The row whose first cell (emphasis removed) matches the regex `pattern` at its start,
     as {header: cell}."""
@@ -461,11 +468,8 @@ def env_counts(ax, counts):
 def figure_bench_envs(root: str, out: str) -> list[str]:
     """Env steps per second against the number of parallel envs, ours beside gymnax's bandit."""
     path = os.path.join(root, BENCHMARKS)
-    table = find_table(path, "Environment steps per second", "env")
-    header = [plain(h) for h in table.header]
     by_env: dict[str, list[tuple[float, float]]] = {}
-    for row in table.rows:
-        cells = dict(zip(header, row))
+    for cells in table_rows(path, "Environment steps per second", "env"):
         by_env.setdefault(plain(cells["env"]), []).append((number(cells["N"]), number(cells["steps/s"])))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
@@ -487,9 +491,7 @@ def figure_bench_envs(root: str, out: str) -> list[str]:
 def figure_bench_eval(root: str, out: str) -> list[str]:
     """In-context evaluation of the main job's model against the number of envs."""
     path = os.path.join(root, BENCHMARKS)
-    table = find_table(path, "In-context evaluation against the number of environments", "envs")
-    header = [plain(h) for h in table.header]
-    rows = [dict(zip(header, r)) for r in table.rows]
+    rows = table_rows(path, "In-context evaluation against the number of environments", "envs")
     envs = np.array([number(r["envs"]) for r in rows])
     rate = np.array([number(r["env-steps/s"]) for r in rows])
     memory = np.array([number(r["peak RSS (MiB)"]) for r in rows])
@@ -513,9 +515,7 @@ def figure_bench_eval(root: str, out: str) -> list[str]:
 def figure_bench_train(root: str, out: str) -> list[str]:
     """Training throughput (tokens per second) and MFU by model, one run on one host."""
     path = os.path.join(root, BENCHMARKS)
-    table = find_table(path, "Training throughput (AD", "model")
-    header = [plain(h) for h in table.header]
-    rows = [dict(zip(header, r)) for r in table.rows]
+    rows = table_rows(path, "Training throughput (AD", "model")
     labels = [f"{plain(r['model']).split(' (')[0]}\n{plain(r['layers x width'])}, "
               f"{plain(r['batch x context'])}" for r in rows]
     tokens = np.array([number(r["tokens/s"]) for r in rows])
