@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXPERIMENTS = "experiments/RESULTS.md"
 BENCHMARKS = "benchmarks/RESULTS.md"
 UNIMASK_PAGE = "docs/papers/unimask.md"
+GPT_DTMA_PAGE = "docs/papers/gpt-dtma.md"
 CURVES = "docs/figures/data/ad_darkroom_quick.json"
 
 #: One palette for every figure: ours, the paper, and the other policies or methods.
@@ -426,6 +427,53 @@ def figure_gpt_dtma(root: str, out: str) -> list[str]:
     return [save(fig, out, "gpt_dtma_tables.png")]
 
 
+def figure_markov_heads(root: str, out: str) -> list[str]:
+    """Markov-head statistics per model (the GPT-DTMA page's table): R.2 over the heads as a box
+    (min, quartiles, max) against Definition 1's r = 20, and the fraction of each head's W_q W_k^T
+    diagonal that is positive (min, median, max)."""
+    path = os.path.join(root, GPT_DTMA_PAGE)
+    rows = table_rows(path, "SmolLM2-135M's Markov heads", "model")
+    r2_column = next(h for h in rows[0] if h.startswith("R.2"))
+    diagonal_column = next(h for h in rows[0] if h.startswith("positive diagonal"))
+    labels = [plain(r["model"]) for r in rows]
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.42 * len(rows) + 1.6), sharey=True,
+                                      gridspec_kw=dict(width_ratios=[1.4, 1]))
+    y = np.arange(len(rows))[::-1]
+    stats = []
+    for row, yi in zip(rows, y):
+        low, q1, median, q3, high = numbers(row[r2_column])[:5]
+        stats.append(dict(whislo=low, q1=q1, med=median, q3=q3, whishi=high, fliers=[], label=""))
+    left.bxp(stats, positions=y, orientation="horizontal", widths=0.55, patch_artist=True,
+             boxprops=dict(facecolor="#c5cae9", edgecolor=OURS), medianprops=dict(color=OURS, lw=2),
+             whiskerprops=dict(color=OURS), capprops=dict(color=OURS))
+    left.axvline(20, color="black", ls="--", lw=1)
+    left.text(20, y.max() + 0.6, " r = 20: Markov", fontsize=8, va="bottom")
+    left.set_xscale("log")
+    left.set_xlim(0.7, 30)
+    left.set_xticks([1, 2, 5, 10, 20], ["1", "2", "5", "10", "20"])
+    left.minorticks_off()
+    left.set_xlabel("R.2 over the heads (min, quartiles, max; log scale)")
+    left.set_yticks(y, [textwrap_label(label, 48) for label in labels], fontsize=8)
+    for row, yi in zip(rows, y):
+        low, median, high = numbers(row[diagonal_column])[:3]
+        right.plot([low, high], [yi, yi], color=SOURCE, lw=2)
+        right.plot([median], [yi], "o", color=SOURCE)
+    right.axvline(0.5, color="black", ls=":", lw=1)
+    right.text(0.5, y.max() + 0.6, " random: 0.5", fontsize=8, va="bottom")
+    right.set_xlim(0, 1)
+    right.set_xlabel("positive fraction of W_q W_k^T's diagonal (min, median, max)")
+    fig.suptitle("Markov heads (Definition 1): none reaches r = 20; SmolLM2 has heads with a 99% positive diagonal",
+                 fontsize=10)
+    fig.tight_layout()
+    return [save(fig, out, "gpt_dtma_markov_heads.png")]
+
+
+def textwrap_label(text: str, width: int) -> str:
+    import textwrap
+    return "\n".join(textwrap.wrap(text, width))
+
+
 def figure_msat(root: str, out: str) -> list[str]:
     """Table 2 on mixed-quality data: DT, M-SAT, M-SAT no-PE and MAT (mean ± s.e.m., 3 seeds)
     with the paper's values."""
@@ -697,6 +745,7 @@ FIGURES = {
     "ngram": figure_ngram,
     "unimask": figure_unimask,
     "gpt_dtma": figure_gpt_dtma,
+    "markov_heads": figure_markov_heads,
     "msat": figure_msat,
     "bench_envs": figure_bench_envs,
     "bench_eval": figure_bench_eval,
