@@ -1,0 +1,53 @@
+"""DPT's config fields (pure ml_collections: experiment files import this)."""
+
+from __future__ import annotations
+
+import ml_collections
+
+from icrl_jax.core import validation as V
+from icrl_jax.core.config import base_config
+
+
+def dpt_config() -> ml_collections.ConfigDict:
+    """`base_config()` for DPT: `config.method = "dpt"`, labelled histories
+    (`data.builder="dpt_histories"`), the model's field and the `dpt` section."""
+    config = base_config()
+    config.method = "dpt"
+    config.data.builder = "dpt_histories"
+    # The authors' `--shuffle`: each training context's transitions in a random order.
+    config.model.shuffle_context = True
+    config.dpt = ml_collections.ConfigDict(dict(
+        # Also evaluate offline: each evaluation task gets a fixed dataset of `offline_steps`
+        # transitions (0 = train.seq_len) of `offline_source` ("" = data.source, with
+        # data.source_kwargs), made from the rollout's own key, so every offline policy reads
+        # the same one; the model then acts greedily on it without ever adding to it.
+        offline=False,
+        offline_steps=0,
+        offline_source="",
+        # Registered sources evaluated beside the model on the same tasks and keys: name ->
+        # kwargs, online (they learn from their own interactions) and offline (they read the
+        # offline dataset first, then never update; listed as "<name>_offline").
+        comparisons=ml_collections.ConfigDict(),
+        offline_comparisons=ml_collections.ConfigDict(),
+        # `report.kind="dpt_claims"` also trains AD on the same histories and evaluates it on
+        # the same tasks (its own work directory, `<workdir>/ad`).
+        compare_ad=False,
+    ))
+    return config
+
+
+def _named_kwargs(value) -> bool:
+    """A mapping of source names to mappings of their keyword arguments."""
+    return all(isinstance(k, str) and hasattr(v, "keys") for k, v in value.items())
+
+
+#: What the DPT fields take (core/validation.py); source names are checked where they are built.
+DPT_CONSTRAINTS = V.declare("dpt", (
+    V.boolean("model.shuffle_context"), V.boolean("dpt.offline"),
+    V.non_negative_int("dpt.offline_steps", 0), V.string("dpt.offline_source", "dirichlet_mixture"),
+    V.Constraint(("dpt.comparisons",), "must map source names to their kwargs",
+                 _named_kwargs, "\"{'ucb': {}}\" (in the config file)"),
+    V.Constraint(("dpt.offline_comparisons",), "must map source names to their kwargs",
+                 _named_kwargs, "\"{'lcb': {}}\" (in the config file)"),
+    V.boolean("dpt.compare_ad"),
+))
