@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend.random import threefry_2x32
 
 from icrl_jax.models.alibi import AlibiBias
 from icrl_jax.models.attention import choose_implementation, dot_product_attention
@@ -102,24 +103,28 @@ def test_blockwise_matches_a_written_out_softmax():
 
 
 def test_dropout_bits_are_slices_of_one_mask_whatever_the_block():
-    """A block's keep bits are the same slice of the whole matrix's, for any start (a multiple
-    of 4) and size; the keep fraction and the scale are the rounded keep probability's."""
+    """A block's keep bits are the same slice of the whole matrix's, for any start and size;
+    they are the hash of (row, column) under the head's key words (hand-checked at one
+    element); the keep fraction and the scale are the rounded keep probability's."""
     dropout = AttentionDropout.from_key(jax.random.PRNGKey(0), 0.3)
     keep = jax.jit(lambda d, row0, col0, rows, cols: d.keep(2, 3, row0, rows, col0, cols),
                    static_argnums=(3, 4))
     whole = np.asarray(keep(dropout, 0, 0, 40, 52))
-    for row0, rows, col0, cols in [(0, 40, 0, 52), (5, 7, 8, 13), (33, 7, 48, 4), (1, 1, 4, 1)]:
+    for row0, rows, col0, cols in [(0, 40, 0, 52), (5, 7, 9, 13), (33, 7, 48, 4), (1, 1, 3, 1)]:
         np.testing.assert_array_equal(keep(dropout, row0, col0, rows, cols),
                                       whole[:, :, row0:row0 + rows, col0:col0 + cols])
     threshold = round(0.7 * LEVELS)
     assert int(dropout.threshold) == threshold
+    head = threefry_2x32(dropout.key_words, jnp.array([1 * 3 + 2, 0], jnp.uint32))  # b=1, h=2
+    word = threefry_2x32(head, jnp.array([17, 30], jnp.uint32))[0]  # row 17, column 30
+    assert whole[1, 2, 17, 30] == (int(word) >> 16 < threshold)
     np.testing.assert_allclose(float(dropout.scale), LEVELS / threshold, rtol=1e-6)
     big = np.asarray(jax.jit(lambda d: d.keep(8, 4, 0, 256, 0, 256))(dropout))
     assert abs(big.mean() - threshold / LEVELS) < 5 * np.sqrt(0.21 / big.size)
-    # The four 16-bit lanes of a hash decide four neighbouring columns independently.
-    for lane in range(1, 4):
-        agree = (big[..., 0::4] == big[..., lane::4]).mean()
-        assert abs(agree - (0.7 ** 2 + 0.3 ** 2)) < 5 * np.sqrt(0.25 / big[..., 0::4].size)
+    # Neighbouring columns and rows are independent.
+    for a, b in [(big[..., 0::2], big[..., 1::2]), (big[..., 0::2, :], big[..., 1::2, :])]:
+        agree = (a == b).mean()
+        assert abs(agree - (0.7 ** 2 + 0.3 ** 2)) < 5 * np.sqrt(0.25 / a.size)
     # Heads and batch rows draw different bits.
     assert (big[0, 0] != big[0, 1]).any() and (big[0, 0] != big[1, 0]).any()
 

@@ -42,10 +42,11 @@ def default_transformer_config() -> ml_collections.ConfigDict:
         attention_window=0,
         # Attention's implementation: auto (a fused kernel where one applies, else dense below
         # attention_blockwise_from tokens and blockwise from there on) | dense | blockwise
-        # (memory linear in the context) | cudnn | pallas; the blockwise query / key block.
+        # (memory linear in the context) | cudnn | pallas; the blockwise query / key block (0: by
+        # the batch, heads and length).
         attention_impl="auto",
-        attention_block_size=128,
-        attention_blockwise_from=1024,
+        attention_block_size=0,
+        attention_blockwise_from=512,
         norm_epsilon=1e-6,  # LayerNorm epsilon (GPT-2: 1e-5)
         activation="gelu_tanh",  # feed-forward: gelu_tanh (GPT-2) | gelu_exact | quick_gelu (CLIP)
         # Llama-style blocks (models/llama.py): RMSNorm, a SwiGLU feed-forward of mlp_hidden
@@ -74,8 +75,8 @@ MODEL_CONSTRAINTS = V.declare("model", (
     V.boolean("model.normalize_qk"), V.boolean("model.causal"),
     V.non_negative_int("model.attention_window", 0),
     V.choice("model.attention_impl", ("auto", "dense", "blockwise", "cudnn", "pallas")),
-    V.positive_int("model.attention_block_size", 128),
-    V.positive_int("model.attention_blockwise_from", 1024),
+    V.non_negative_int("model.attention_block_size", 0),
+    V.positive_int("model.attention_blockwise_from", 512),
     V.positive("model.norm_epsilon", 1e-6),
     V.choice("model.activation", ("gelu_tanh", "gelu_exact", "quick_gelu", "relu")),
     V.choice("model.norm", ("layernorm", "rmsnorm")), V.choice("model.mlp_type", ("dense", "swiglu")),

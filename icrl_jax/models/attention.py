@@ -157,11 +157,14 @@ CAUSAL_QUERY_BLOCK = 64
 
 #: `dot_product_attention`'s implementations (`model.attention_impl`): "auto" picks per call.
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "cudnn", "pallas")
-#: Default query and key block of blockwise attention (`model.attention_block_size`).
-BLOCK_SIZE = 128
+#: Default query and key block of blockwise attention (`model.attention_block_size`); 0: by
+#: the shapes (`blockwise_attention.auto_block`).
+BLOCK_SIZE = 0
 #: Sequence length from which "auto" takes blockwise attention over dense attention where no
-#: fused kernel applies (`model.attention_blockwise_from`).
-BLOCKWISE_FROM = 1024
+#: fused kernel applies (`model.attention_blockwise_from`): on a CPU blockwise attention is as
+#: fast as dense attention from a few hundred tokens on, and faster beyond, forward and
+#: backward (benchmarks/RESULTS.md).
+BLOCKWISE_FROM = 512
 
 
 def dense_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask,

@@ -131,10 +131,12 @@ class AttentionDropout(NamedTuple):
     uniform is below `threshold`, and the kept weights are scaled by `scale`.
 
     The uniforms are hashed from absolute positions alone: the key words of head (b, h) are
-    `threefry2x32(key_words, (b * H + h, 0))`, and under them counter (i, j // 4) gives two
-    32-bit words, whose four 16-bit halves decide columns 4 (j // 4) ... 4 (j // 4) + 3 in order.
-    Any block of the grid is thus the same slice of one mask, whatever the block size, and a
-    hash gives four elements (`keep_mask` draws two)."""
+    `threefry2x32(key_words, (b * H + h, 0))`, and element (i, j)'s uniform is the high half of
+    the first word of `threefry2x32` under them at counter (i, j). Any block of the grid is thus
+    the same slice of one mask, whatever the block size. One hash per element, written as one
+    elementwise expression, fuses into a single pass on XLA's CPU backend; two or four elements
+    per hash would need an interleaving of the hash's halves along the keys, which XLA's CPU
+    backend does not fuse (many times slower)."""
 
     key_words: jax.Array  # uint32 (2,)
     threshold: jax.Array  # uint32 (): keep when the 16-bit uniform is below it
@@ -152,18 +154,14 @@ class AttentionDropout(NamedTuple):
 
     def keep(self, batch: int, heads: int, row0, rows: int, col0, cols: int) -> jax.Array:
         """bool `(batch, heads, rows, cols)`: the keep bits of queries `[row0, row0 + rows)` and
-        keys `[col0, col0 + cols)`; `col0` (may be traced) must be a multiple of 4."""
+        keys `[col0, col0 + cols)` (row0 and col0 may be traced)."""
         index = (jnp.arange(batch, dtype=jnp.uint32)[:, None] * jnp.uint32(heads)
                  + jnp.arange(heads, dtype=jnp.uint32)[None, :])
         head0, head1 = threefry2x32(self.key_words[0], self.key_words[1], index, jnp.uint32(0))
-        groups = -(-cols // 4)
         row = (jnp.asarray(row0, jnp.uint32) + jnp.arange(rows, dtype=jnp.uint32))[:, None]
-        group = (jnp.asarray(col0, jnp.uint32) // 4 + jnp.arange(groups, dtype=jnp.uint32))[None]
-        word0, word1 = threefry2x32(head0[:, :, None, None], head1[:, :, None, None], row, group)
-        low = jnp.uint32(LEVELS - 1)
-        halves = jnp.stack([word0 & low, word0 >> 16, word1 & low, word1 >> 16], axis=-1)
-        keep = halves < self.threshold
-        return keep.reshape(batch, heads, rows, 4 * groups)[..., :cols]
+        col = (jnp.asarray(col0, jnp.uint32) + jnp.arange(cols, dtype=jnp.uint32))[None]
+        word, _ = threefry2x32(head0[:, :, None, None], head1[:, :, None, None], row, col)
+        return (word >> 16) < self.threshold
 
     def apply(self, weights: jax.Array, keep: jax.Array) -> jax.Array:
         """`weights` scaled where `keep`, else 0."""
