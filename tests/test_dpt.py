@@ -154,10 +154,20 @@ def test_offline_policies_read_the_same_fixed_dataset_and_never_update():
     assert lcb.update(key, (counts, sums), step, task) == (counts, sums)
     dpt, params = _random_dpt(env, 30)
     offline = M.DPTPolicy(dpt, env, 30, True, 1.0, 50, behaviour, 30)(params)
-    state = offline.init(key, task)
+    logits = offline.init(key, task)  # a constant query: its one pass over the dataset
+    tokens = dpt.transition_tokens(first.obs, first.action, first.next_obs, first.reward)
+    np.testing.assert_allclose(logits, dpt.query_logits(
+        params, dpt.query_tokens(jnp.int32(0)), tokens, jnp.int32(30)), rtol=1e-6)
+    assert offline.update(key, logits, step, task) is logits
+    room = envs.make("darkroom", size=3, episode_length=4)
+    dpt, params = _random_dpt(room, 6)
+    task = room.task_params(1)
+    walk = M.collect_transitions(room, bandits.dirichlet_mixture(), key, task, 10)
+    state = M.DPTPolicy(dpt, room, 6, True, 1.0, 50, bandits.dirichlet_mixture(), 10)(
+        params).init(key, task)
     np.testing.assert_allclose(state.context, dpt.transition_tokens(
-        first.obs, first.action, first.next_obs, first.reward), rtol=1e-6)
-    assert offline.update(key, state, step, task) is state
+        walk.obs, walk.action, walk.next_obs, walk.reward)[-6:], rtol=1e-6)
+    assert int(state.count) == 6
 
 
 def test_labelled_histories_record_the_oracle_and_the_next_observation():

@@ -354,12 +354,17 @@ class DPTPolicy:
     dataset_steps: int = 0
 
     @property
-    def cached(self) -> bool:
-        """Decode from a cache: online, the query is constant (one observation id) and every
-        step's transition stays in the context."""
+    def constant_query(self) -> bool:
+        """The query never changes: a bandit with one observation id."""
         env = self.env
-        return (self.dataset_source is None and env.kind == BANDIT and env.discrete_observations
-                and env.num_observations == 1 and self.max_steps <= self.context_len)
+        return env.kind == BANDIT and env.discrete_observations and env.num_observations == 1
+
+    @property
+    def cached(self) -> bool:
+        """Decode from a cache: online, the query is constant and every step's transition
+        stays in the context."""
+        return (self.dataset_source is None and self.constant_query
+                and self.max_steps <= self.context_len)
 
     @property
     def episode_slots(self) -> int:
@@ -372,12 +377,24 @@ class DPTPolicy:
         return int(self.env.episode_length)
 
     def __call__(self, params) -> Source:
+        if self.dataset_source is not None and self.constant_query:
+            return self._fixed(params)
         return self._cached(params) if self.cached else self._recomputed(params)
 
     def _act(self, key, logits, params):
         _, action_key = jax.random.split(key)
         return select_actions(action_key, logits, self.env.action_mask(params), self.greedy,
                               self.temperature)
+
+    def _dataset(self, key, env_params) -> tuple[jax.Array, jax.Array]:
+        """The offline dataset's last `context_len` transitions as context slots (right-aligned)
+        and their count."""
+        slots, method = self.context_len, self.method
+        data = collect_transitions(self.env, self.dataset_source, key, env_params,
+                                   self.dataset_steps)
+        tokens = method.transition_tokens(data.obs, data.action, data.next_obs, data.reward)
+        context = jnp.concatenate([jnp.zeros((slots, method.token_dim), jnp.float32), tokens])
+        return context[-slots:], jnp.asarray(min(self.dataset_steps, slots), jnp.int32)
 
     def _recomputed(self, params) -> Source:
         method, slots = self.method, self.context_len
@@ -387,11 +404,7 @@ class DPTPolicy:
             context = jnp.zeros((slots, width), jnp.float32)
             count = jnp.zeros((), jnp.int32)
             if self.dataset_source is not None:
-                data = collect_transitions(self.env, self.dataset_source, key, env_params,
-                                           self.dataset_steps)
-                tokens = method.transition_tokens(data.obs, data.action, data.next_obs, data.reward)
-                context = jnp.concatenate([context, tokens])[-slots:]
-                count = jnp.asarray(min(self.dataset_steps, slots), jnp.int32)
+                context, count = self._dataset(key, env_params)
             return OnlineContext(context, count, jnp.zeros((self.episode_slots, width), jnp.float32),
                                  jnp.zeros((), jnp.int32))
 
@@ -418,6 +431,23 @@ class DPTPolicy:
                                  pending, jnp.where(done, 0, steps))
 
         return Source(init, act, update, name="dpt_offline" if self.dataset_source else "dpt")
+
+    def _fixed(self, params) -> Source:
+        """Offline with a constant query: one pass at the start; the state is its logits."""
+        method = self.method
+
+        def init(key, env_params):
+            obs, _ = self.env.reset(key, env_params)
+            return method.query_logits(params, method.query_tokens(obs),
+                                       *self._dataset(key, env_params))
+
+        def act(key, logits, obs, env_state, env_params):
+            return self._act(key, logits, env_params), logits
+
+        def update(key, logits, transition, env_params):
+            return logits
+
+        return Source(init, act, update, name="dpt_offline")
 
     def _cached(self, params) -> Source:
         method = self.method
