@@ -33,7 +33,8 @@ def train_tokens_per_second() -> float:
     from icrl_jax.data.dataset import sample_windows, to_step_windows
     from icrl_jax.data.history import History
     from icrl_jax.methods.ad import AD
-    from icrl_jax.models.transformer import default_transformer_config
+    from icrl_jax.core.config import default_train_config
+    from icrl_jax.methods.fields import ad_model_config
     from icrl_jax.pipeline import train as T
 
     rng = np.random.default_rng(0)
@@ -42,10 +43,10 @@ def train_tokens_per_second() -> float:
         rng.integers(0, 81, (n, t)).astype(np.int32), rng.integers(0, 5, (n, t)).astype(np.int32),
         rng.random((n, t)).astype(np.float32), np.zeros((n, t), bool),
         np.arange(n, dtype=np.int32), np.ones((n, 5), bool)))
-    model = default_transformer_config()
+    model = ad_model_config()
     model.update(dict(num_layers=2, d_model=64, num_heads=4, max_len=context, label_smoothing=0.0))
     method = AD(model, 5, 81)
-    config = T.default_train_config()
+    config = default_train_config()
     config.update(dict(num_steps=10_000, batch_size=batch, seq_len=context, steps_per_call=10))
     optimizer, mesh, key = T.make_optimizer(config), T.data_mesh(), jax.random.PRNGKey(1)
     data = jax.device_put(windows)
@@ -83,8 +84,9 @@ def eval_steps_per_second() -> dict[str, float]:
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
     from icrl_jax.papers.msat.method import MSAT
+    from icrl_jax.core.config import default_transformer_config
     from icrl_jax.methods.dt import dt_model_config
-    from icrl_jax.models.transformer import default_transformer_config
+    from icrl_jax.methods.fields import ad_model_config
     try:
         from icrl_jax.methods.in_context import in_context_source
         new = True
@@ -95,7 +97,7 @@ def eval_steps_per_second() -> dict[str, float]:
     out = {}
     arms, num_envs, steps = 20, 100, 300
     env = BernoulliBandit(arms=arms, distribution="uniform", seed=0)
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=64, num_layers=2, num_heads=4, position="rotary", max_len=steps))
     for key, value in dict(default_headless_config(), action_embed_dim=64, tau=0.5).items():
         config[key] = value

@@ -29,12 +29,12 @@ LAYERS, D_MODEL, HEADS, BATCH, CONTEXT = 2, 64, 4, 64, 100
 def worker(coordinator: str, num_processes: int, process_id: int) -> None:
     """Time CALLS train calls on every device of every process; process 0 prints tokens/s."""
     sys.path.insert(0, ROOT)
-    import ml_collections
-
     from icrl_jax.core import distributed
-    distributed.initialize(ml_collections.ConfigDict(dict(
-        coordinator=coordinator, num_processes=num_processes, process_id=process_id,
-        timeout_s=120)) if num_processes > 1 else None)
+    from icrl_jax.core.config import default_dist_config
+    dist = default_dist_config()
+    dist.update(dict(coordinator=coordinator, num_processes=num_processes, process_id=process_id,
+                     timeout_s=120))
+    distributed.initialize(dist if num_processes > 1 else None)
     import jax
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P

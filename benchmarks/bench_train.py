@@ -63,10 +63,12 @@ from results import cpu_model, table_section  # noqa: E402  # benchmarks/results
 from icrl_jax.data.dataset import to_step_windows  # noqa: E402
 from icrl_jax.data.history import History  # noqa: E402
 from icrl_jax.methods.ad import AD  # noqa: E402
-from icrl_jax.models.transformer import count_params, default_transformer_config, flops_per_token  # noqa: E402
+from icrl_jax.core.config import default_train_config, default_transformer_config  # noqa: E402
+from icrl_jax.methods.fields import ad_model_config  # noqa: E402
+from icrl_jax.models.transformer import count_params, flops_per_token  # noqa: E402
 from icrl_jax.data.dataset import sample_windows  # noqa: E402
 from icrl_jax.data.train_data import on_device  # noqa: E402
-from icrl_jax.pipeline.train import (data_mesh, default_train_config, init_state, make_optimizer,  # noqa: E402
+from icrl_jax.pipeline.train import (data_mesh, init_state, make_optimizer,  # noqa: E402
                             make_train_steps, place_data, state_sharding)
 
 # Dense tensor-core peaks (FLOP/s), from the vendors' datasheets (without sparsity): TF32 (what
@@ -105,7 +107,7 @@ def matmul_peak(size: int = 4096, calls: int = 5, dtype=np.float32) -> float:
 
 def benchmark_model(layers, d_model, heads, batch, context, precision="fp32"):
     """The benchmarked AD model on 81 observations and 5 actions, and its train config."""
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(num_layers=layers, d_model=d_model, num_heads=heads, max_len=context,
                        label_smoothing=0.0))
     train_config = default_train_config()

@@ -130,11 +130,17 @@ def test_live_transformers_equivalence(tmp_path):
         np.testing.assert_allclose(np.asarray(got), want, atol=1e-4, rtol=0)
 
 
-def _dt(**model):
+def _model_config():
+    """The schema's GPT-DT model fields, the size of the CLIP fixture."""
     config = default_transformer_config()
     config.update(gpt_dt_model_config())
     config.update(dict(d_model=32, num_layers=2, num_heads=4, norm_epsilon=1e-5, mlp_ratio=2,
                        activation="quick_gelu"))
+    return config
+
+
+def _dt(**model):
+    config = _model_config()
     config.update(model)
     return GPTDecisionTransformer(config, (), context_len=4, continuous_dim=2)
 
@@ -162,7 +168,7 @@ def test_clip_dt_takes_the_text_encoders_blocks():
     assert method.model.backbone.activation == "quick_gelu"
     assert method.markov.shape == (2, 4)
     labels = [GPTDecisionTransformer.label(ml_collections.ConfigDict(dict(model=dict(
-        pretrained=FIXTURE, mixture_of_attention=moa, timestep_encoding="timestep"))))
+        _model_config().to_dict(), pretrained=FIXTURE, mixture_of_attention=moa))))
         for moa in (False, True)]
     assert labels == ["clip_dt", "clip_dtma"]
 

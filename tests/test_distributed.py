@@ -149,13 +149,13 @@ SHARDED = textwrap.dedent("""
 
     from icrl_jax.methods.ad import AD
     from icrl_jax.methods.in_context import in_context_source
-    from icrl_jax.models.transformer import default_transformer_config
+    from icrl_jax.methods.fields import ad_model_config
 
     out = {"devices": len(jax.devices())}
     # Evaluation: 24 bandits x 30 steps, batch sharded over the devices: Thompson sampling, and
     # an (untrained) AD model decoding from its key/value cache.
     env = envs.make("bernoulli_bandit", arms=4)
-    model = default_transformer_config()
+    model = ad_model_config()
     model.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=32, label_smoothing=0.0))
     ad = AD(model, 4, 1)
     example = copy_task_data().example
@@ -304,6 +304,7 @@ PIXEL_WORKER = textwrap.dedent("""
     from icrl_jax.core import distributed
     distributed.initialize(None)  # from JAX_COORDINATOR_ADDRESS / _NUM_PROCESSES / _PROCESS_ID
     import jax, numpy as np
+    from icrl_jax.core.config import default_train_config
     from icrl_jax.pipeline import train as T
     from icrl_jax.data.pixel_store import PixelStore, StepWindowsLoader, example_step_windows
     from icrl_jax.data.train_data import TrainData
@@ -320,7 +321,7 @@ PIXEL_WORKER = textwrap.dedent("""
         seen.update(np.unique(out["rewards"]).tolist())
         return out
     store.sample = recording
-    config = T.default_train_config()
+    config = default_train_config()
     config.update(dict(num_steps=40, batch_size=8, seq_len=12, steps_per_call=2,
                        learning_rate=3e-3, warmup_steps=5, log_every=10, checkpoint_every=40))
 

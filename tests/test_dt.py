@@ -22,7 +22,7 @@ from icrl_jax.methods.dt_rollout import _push, empty_context, return_conditioned
 from icrl_jax.papers.msat.method import MAT, MSAT
 from icrl_jax.models.dt_tokens import (MultiActionTokens, interleave_step_tokens,
                                        step_attention_mask, token_labels)
-from icrl_jax.models.transformer import default_transformer_config
+from icrl_jax.core.config import default_transformer_config
 
 DIMS = (5, 2)
 K = 4

@@ -12,13 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from icrl_jax.core.config import default_train_config
 from icrl_jax.pipeline import train as T
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.data.pixel_store import PixelStoreWriter, PrefetchLoader
 from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
 from icrl_jax.methods.dt import DecisionTransformer, dt_model_config
 from icrl_jax.papers.msat.method import MSAT
-from icrl_jax.models.transformer import default_transformer_config
+from icrl_jax.core.config import default_transformer_config
 
 DIMS = (3, 2)
 OBS = (8, 8, 3)
@@ -116,7 +117,7 @@ def test_pixel_dt_shapes_and_padding_masked_from_loss(store_dir, cls):
 def test_msat_pixel_training_from_loader_lowers_loss(store_dir, tmp_path):
     store = PixelTrajectoryStore(store_dir)
     method = MSAT(model_config(), DIMS, K)
-    config = T.default_train_config()
+    config = default_train_config()
     config.update(num_steps=60, batch_size=8, seq_len=K, steps_per_call=5, learning_rate=3e-3,
                   warmup_steps=5, log_every=10, checkpoint_every=30)
     example = jax.tree.map(jnp.asarray, store.sample(np.random.default_rng(0), 1, K))

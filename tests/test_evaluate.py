@@ -14,13 +14,13 @@ from icrl_jax.methods.in_context import (CachedContext, PreviousStep, in_context
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import mask_logits, select_actions
 from icrl_jax.models.ngram import ngram_pattern
-from icrl_jax.models.transformer import default_transformer_config
+from icrl_jax.methods.fields import ad_model_config
 
 CONTEXT = 12
 
 
 def tiny_ad(env, **overrides):
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
                        label_smoothing=0.0, **overrides))
     return AD(config, env.num_actions, env.num_observations)
@@ -128,7 +128,7 @@ def test_ad_cached_decoding_equals_the_full_forward_pass(position, ngrams):
     matches, or the latest one) before, between and after the attention blocks, and with
     episode starts marked (5-step episodes)."""
     env = envs.make("darkroom", episode_length=5)
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
                        label_smoothing=0.0, position=position, **ngrams))
     method = AD(config, env.num_actions, env.num_observations, grid_size=9)
@@ -161,7 +161,7 @@ def test_ad_rollout_that_fits_the_context_decodes_from_a_cache_same_actions(ngra
     cache keeps each step's ids and the layers' inputs) and episode starts marked (5-step
     episodes)."""
     env = envs.make("darkroom", episode_length=5)
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
                        label_smoothing=0.0, **ngrams))
     method = AD(config, env.num_actions, env.num_observations)
@@ -186,7 +186,7 @@ def test_shuffled_ngram_patterns_recompute_the_window():
     """The shuffled-pattern ablation draws each row from the whole window: no cache, and
     staggered caches are refused with a clear error."""
     env = envs.make("darkroom")
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
                        label_smoothing=0.0, ngram_positions=(1,), ngram_shuffle=True))
     shuffled = AD(config, env.num_actions, env.num_observations)
@@ -270,7 +270,7 @@ def perturbed_darkroom_ad(steps: int, **model):
     init (so every path through the network matters), and `steps`-step random histories of two
     tasks as step windows: (env, method, steps, windows, params)."""
     env = envs.make("darkroom")
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=CONTEXT,
                        label_smoothing=0.0, **model))
     method = AD(config, env.num_actions, env.num_observations, grid_size=9)
@@ -338,7 +338,7 @@ def test_headless_ad_staggered_caches_keep_the_action_set_prompt(prompt):
     from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
 
     env = BernoulliBandit(arms=5, max_arms=6, seed=0)
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=32, num_layers=2, num_heads=2, max_len=32, label_smoothing=0.0))
     for key, value in dict(default_headless_config(), action_embed_dim=16, tau=1.0,
                            prompt=prompt).items():
@@ -408,7 +408,7 @@ def test_ad_with_an_attention_window_decodes_any_rollout_from_a_ring(position, w
                                max_steps=steps).build
     assert_ring_logits_equal_the_trained_computation(policy, params, windows, window, 2)
     for other in (dict(position="learned"), dict(ngram_positions=(1,))):
-        config = default_transformer_config()
+        config = ad_model_config()
         config.update(dict(d_model=16, num_layers=1, num_heads=2, max_len=CONTEXT,
                            label_smoothing=0.0, position=position, attention_window=window))
         config.update(other)
@@ -427,7 +427,7 @@ def test_headless_ad_with_an_attention_window_decodes_any_rollout_from_a_ring(pr
     from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
 
     env = BernoulliBandit(arms=5, max_arms=6, seed=0)
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=32, num_layers=2, num_heads=2, max_len=32, label_smoothing=0.0,
                        position=position, attention_window=CONTEXT))
     for key, value in dict(default_headless_config(), action_embed_dim=16, tau=1.0,

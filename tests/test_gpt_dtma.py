@@ -77,10 +77,16 @@ def test_gate_importance_is_the_weighted_mean_gate():
     np.testing.assert_allclose(gate_importance(gates, jnp.array([[1.0, 0.0, 0.0]])), [[1.0, 0.0]])
 
 
-def _dt(**model):
+def _model_config():
+    """The schema's GPT-DT model fields, the size of the GPT-2 fixture."""
     config = default_transformer_config()
     config.update(gpt_dt_model_config())
     config.update(dict(d_model=32, num_layers=2, num_heads=4, norm_epsilon=1e-5))
+    return config
+
+
+def _dt(**model):
+    config = _model_config()
     config.update(model)
     return GPTDecisionTransformer(config, (), context_len=4, continuous_dim=2)
 
@@ -111,8 +117,8 @@ def test_gpt_dt_takes_the_language_models_blocks():
                            params["backbone"]["block_0"]["attention"]["qkv"]["kernel"])
     assert method.markov.shape == (2, 4)
     assert _dt().label(ml_collections.ConfigDict(dict(model=dict(
-        pretrained=FIXTURE, mixture_of_attention=True, markov_penalty=0.1,
-        timestep_encoding="timestep")))) == "gpt_dtma_r"
+        _model_config().to_dict(), pretrained=FIXTURE, mixture_of_attention=True,
+        markov_penalty=0.1)))) == "gpt_dtma_r"
 
 
 def test_language_model_that_does_not_fit_is_named():

@@ -16,14 +16,15 @@ from icrl_jax.papers.headless_ad.method import (HeadlessAD, PermutedAD, default_
                                           permute_action_ids, prompt_attention_mask,
                                           orthonormal_columns, sample_action_embeddings)
 from icrl_jax.models.heads import mask_logits
-from icrl_jax.models.transformer import default_transformer_config
-from icrl_jax.pipeline.train import default_train_config, train
+from icrl_jax.methods.fields import ad_model_config
+from icrl_jax.core.config import default_train_config
+from icrl_jax.pipeline.train import train
 
 A, E, L = 6, 16, 12
 
 
 def tiny_config(**overrides):
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=32, num_layers=2, num_heads=2, max_len=32, label_smoothing=0.0))
     for key, value in dict(default_headless_config(), action_embed_dim=E, tau=1.0).items():
         config[key] = value
@@ -231,7 +232,7 @@ def test_permute_action_ids_relabels_available_actions_consistently():
         prev_new = np.asarray(out.prev_actions[b])
         assert prev_new[0] == A  # "no previous action" is kept
         np.testing.assert_array_equal(prev_new[1:], new[:-1])
-    ad_config = default_transformer_config()
+    ad_config = ad_model_config()
     ad_config.update(dict(d_model=32, num_layers=1, num_heads=2, max_len=32, label_smoothing=0.0))
     method = PermutedAD(ad_config, A, 1)
     params = method.init(jax.random.PRNGKey(0), window)

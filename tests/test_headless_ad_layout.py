@@ -15,7 +15,7 @@ from icrl_jax import envs
 from icrl_jax.core.errors import UserError
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.models.heads import mask_logits
-from icrl_jax.models.transformer import default_transformer_config
+from icrl_jax.methods.fields import ad_model_config
 from icrl_jax.papers.headless_ad import reference_layout as RL
 from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
 from icrl_jax.papers.headless_ad.reference_method import ReferenceHeadlessAD
@@ -27,7 +27,7 @@ HEADLESS = os.path.join(os.path.dirname(__file__), "fixtures", "headless_ad_tiny
 
 
 def model_config(**overrides):
-    config = default_transformer_config()
+    config = ad_model_config()
     for key, value in dict(default_headless_config(), layout="reference").items():
         config[key] = value
     config.update(overrides)
@@ -163,7 +163,6 @@ def _metrics(workdir):
     ({"prompt_order": "causal"}, "bernoulli_bandit", "model.prompt_order='set'"),
     ({"loss": "mse"}, "bernoulli_bandit", "model.loss='mse'"),
     ({"embeddings": "normal"}, "bernoulli_bandit", "model.embeddings='normal'"),
-    ({"layout": "theirs"}, "bernoulli_bandit", "model.layout must be 'ours' or 'reference'"),
 ])
 def test_what_the_reference_layout_cannot_compute_is_refused_in_one_line(overrides, env_name,
                                                                          needle):
@@ -171,3 +170,10 @@ def test_what_the_reference_layout_cannot_compute_is_refused_in_one_line(overrid
     with pytest.raises(UserError) as error:
         build(model_config(**overrides), env)
     assert needle in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_unknown_layout_is_refused_by_validation_naming_the_nearest():
+    from icrl_jax.core.validation import validate
+    with pytest.raises(UserError, match=r"^config model.layout='referense' must be one of ours, "
+                                        r"reference; e.g. --config.model.layout=reference$"):
+        validate(ml_collections.ConfigDict({"model": model_config(layout="referense")}))

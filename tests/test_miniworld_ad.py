@@ -9,6 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from icrl_jax.core.config import default_train_config
 from icrl_jax.envs.host.bridge import HostStep
 from icrl_jax.pipeline import train as T
 from icrl_jax.methods.fields import ad_config
@@ -83,7 +84,7 @@ def test_ad_with_cnn_encoder_shapes_and_rejects_discrete_ids():
 
 
 def _train(method, store, workdir, stop_at=None):
-    config = T.default_train_config()
+    config = default_train_config()
     # 2 steps per call: the loader step is unrolled at trace time, so compile time grows with it
     config.update(dict(num_steps=30, batch_size=8, seq_len=12, steps_per_call=2, learning_rate=3e-3,
                        warmup_steps=5, log_every=10, checkpoint_every=30))

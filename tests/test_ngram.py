@@ -12,7 +12,7 @@ from icrl_jax.models.ngram import (NGramHead, latest_match, ngram_attention, ngr
                                    ngram_pattern_rows, ngram_weights, observation_ids,
                                    observation_return_ids, read_matches, shuffle_pattern,
                                    transition_ids)
-from icrl_jax.models.transformer import default_transformer_config
+from icrl_jax.methods.fields import ad_model_config
 
 
 def brute_force_pattern(ids: np.ndarray, n: int) -> np.ndarray:
@@ -128,7 +128,7 @@ def test_observation_return_ids_read_the_latest_step_taken_with_the_key():
 
 
 def ad_with_ngrams(**overrides):
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=32, num_layers=2, num_heads=2, max_len=32, label_smoothing=0.0))
     config.ngram_match = "transition"
     config.update(overrides)

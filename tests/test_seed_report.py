@@ -3,12 +3,12 @@ mean ± s.e.m. worked by hand, curves cut to what every run reached, clear error
 
 import json
 
-import ml_collections
 import numpy as np
 import pytest
 
 from icrl_jax.core.errors import UserError
 from icrl_jax.methods.ad import AD
+from icrl_jax.methods.fields import ad_config
 from icrl_jax.pipeline.run import aggregate_runs
 from icrl_jax.core.metrics import mean_and_stderr
 from icrl_jax.reports.seeds import summarise_seeds, load_seed_runs
@@ -18,9 +18,10 @@ def _run(tmp_path, name, *, ngram, seed, last, curve, env="key_to_door"):
     """A finished training run's two files, as `icrl-jax train` writes them."""
     run = tmp_path / name
     run.mkdir()
-    config = dict(method="ad", seed=seed, env=dict(name=env, kwargs={}),
-                  model=dict(ngram_positions=[1] if ngram else []))
-    (run / "config.json").write_text(json.dumps(config))
+    config = ad_config()
+    config.seed, config.env.name = seed, env
+    config.model.ngram_positions = (1,) if ngram else ()
+    (run / "config.json").write_text(config.to_json())
     results = dict(model_first_episode_return=curve[0], model_last_episode_return=last,
                    source_first_episode_return=0.25, source_last_episode_return=0.5 + seed / 10,
                    random_first_episode_return=0.2, random_last_episode_return=0.3,
@@ -31,12 +32,13 @@ def _run(tmp_path, name, *, ngram, seed, last, curve, env="key_to_door"):
 
 
 def test_ad_label_names_its_ngram_layers():
-    config = lambda **extra: ml_collections.ConfigDict(dict(model=dict(ngram_positions=[]), **extra))
-    assert AD.label(config()) == "AD"
-    with_ngram = config()
-    with_ngram.model.ngram_positions = [1]
+    assert AD.label(ad_config()) == "AD"
+    with_ngram = ad_config()
+    with_ngram.model.ngram_positions = (1,)
     assert AD.label(with_ngram) == "AD + n-gram"
-    assert AD.label(config(report=dict(label="mine"))) == "mine"
+    labelled = ad_config()
+    labelled.report.label = "mine"
+    assert AD.label(labelled) == "mine"
 
 
 def test_mean_and_sem_use_the_sample_deviation():

@@ -15,10 +15,11 @@ from icrl_jax.data.history import History, HistoryFormatError
 from icrl_jax.methods.in_context import empty_context, push_observation, record_outcome
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.heads import smoothed_cross_entropy
-from icrl_jax.models.transformer import default_transformer_config
+from icrl_jax.methods.fields import ad_model_config
 from icrl_jax.data.train_data import on_device
-from icrl_jax.pipeline.train import (CheckpointMismatchError, Checkpointer, default_train_config,
-                            init_state, make_optimizer, make_train_steps, train, data_mesh)
+from icrl_jax.core.config import default_train_config
+from icrl_jax.pipeline.train import (CheckpointMismatchError, Checkpointer, init_state,
+                                     make_optimizer, make_train_steps, train, data_mesh)
 from xla_flags import xla_flags
 
 NUM_OBS, NUM_ACTIONS = 16, 4
@@ -38,7 +39,7 @@ def copy_task_data():
 
 
 def tiny_method(**overrides):
-    config = default_transformer_config()
+    config = ad_model_config()
     config.update(dict(d_model=32, num_layers=1, num_heads=2, max_len=32, label_smoothing=0.0))
     config.update(overrides)
     return AD(config, NUM_ACTIONS, NUM_OBS)
@@ -101,7 +102,7 @@ def test_replicas_sharing_programs_with_another_model_train_that_model(tmp_path)
     import ml_collections
     programs = {}
     for width in (32, 48):
-        model = default_transformer_config()
+        model = ad_model_config()
         model.update(dict(d_model=width, num_layers=1, num_heads=2, max_len=32,
                           label_smoothing=0.0))
         config = ml_collections.ConfigDict(dict(

@@ -153,13 +153,6 @@ def test_config_defaults_without_model_or_training_code():
     assert (log.wandb, log.wandb_project, log.wandb_mode) == (False, "icrl-jax", "offline")
 
 
-def test_config_defaults_match_the_model_and_trainer():
-    from icrl_jax.models.transformer import default_transformer_config
-    from icrl_jax.pipeline.train import default_train_config
-    assert C.default_transformer_config().to_dict() == default_transformer_config().to_dict()
-    assert C.default_train_config().to_dict() == default_train_config().to_dict()
-
-
 # --- invalid actions inside jit -----------------------------------------------------------------
 
 def mid_episode(env, params, moves):

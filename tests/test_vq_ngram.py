@@ -15,7 +15,7 @@ import pytest
 from icrl_jax.envs.host.bridge import HostStep
 from icrl_jax.envs.host.specs import MiniworldRoom
 from icrl_jax.core.config import set_dotted
-from icrl_jax.methods.fields import ad_config
+from icrl_jax.methods.fields import ad_config, ad_model_config
 from icrl_jax.papers.ngram.fields import default_vq_config
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.data.pixel_store import FramesLoader, PixelStore, PixelStoreWriter
@@ -128,9 +128,10 @@ def _window(frames: np.ndarray) -> StepWindows:
 
 
 def vq_model_config(vq_dir) -> ml_collections.ConfigDict:
-    """What `config_ngram_ids` reads of a model config with n-gram layers on VQ codes."""
-    return ml_collections.ConfigDict(dict(ngram_positions=(1,), ngram_match="vq",
-                                          vq_checkpoint=str(vq_dir)))
+    """An AD model config with n-gram layers on the VQ codes of the VQ-VAE in `vq_dir`."""
+    config = ad_model_config()
+    config.update(dict(ngram_positions=(1,), ngram_match="vq", vq_checkpoint=str(vq_dir)))
+    return config
 
 
 def test_vq_ids_match_equal_frames_and_separate_different_ones(pretrained):

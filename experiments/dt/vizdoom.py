@@ -92,11 +92,13 @@ def table2_config(scenario: str, preset: str = ""):
     """Table 2 (and Table 3 with `:context60`) as one `icrl-jax report`: every method as a
     column, `report.num_seeds` seeds each (the paper: 5), one shared dataset."""
     import ml_collections
+
+    from icrl_jax.reports.fields import columns_report_fields
     config = make_config("msat", scenario, preset)
     config.experiment = f"msat_table2_{scenario}"
     config.columns = ml_collections.ConfigDict(TABLE2_COLUMNS)
-    config.report.update(dict(kind="columns", num_seeds=3, metrics=TABLE2_METRICS[scenario],
-                              run_metrics=()))
+    config.report.update(dict(columns_report_fields(), num_seeds=3,
+                              metrics=TABLE2_METRICS[scenario]))
     return config
 
 

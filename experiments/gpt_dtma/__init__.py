@@ -24,6 +24,7 @@ import os
 import ml_collections
 
 from icrl_jax.papers.gpt_dtma.fields import gpt_dt_fields
+from icrl_jax.reports.fields import columns_report_fields
 
 #: Table 3 / 4's columns: (dotted override, value) pairs; "{pretrained}" is the language model.
 COLUMNS = {
@@ -119,7 +120,7 @@ def add_columns(config, columns: tuple[str, ...], metrics: tuple[str, ...]) -> N
     config.method = "gpt_dt"  # the DT with GPT-DTMA's switches (all off: the DT column)
     config.model.update(gpt_dt_fields())
     config.columns = ml_collections.ConfigDict({name: COLUMNS[name] for name in columns})
-    config.report.update(dict(kind="columns", num_seeds=3, metrics=metrics, run_metrics=("g_markov",),
-                              pretrained="",
-                              clip="", optional_columns=("CLIP-DT",)))
+    config.report.update(dict(columns_report_fields(), num_seeds=3, metrics=metrics,
+                              run_metrics=("g_markov",), pretrained="", clip="",
+                              optional_columns=("CLIP-DT",)))
     config.model.norm_epsilon = 1e-5

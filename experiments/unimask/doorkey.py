@@ -25,7 +25,6 @@ random masking's budget.
 `:quick`: one shared small model for every regime, our earlier choices, 3 seeds, minutes.
 """
 
-import ml_collections
 
 from icrl_jax.experiments.unimask import add_unimask_fields
 from icrl_jax.core.config import apply_preset, base_config
@@ -174,7 +173,7 @@ def get_config(preset: str = ""):
     config.eval.baselines = ("source", "random")
     config.report.kind = "grid"  # `icrl-jax report`: the regime grid and its heatmaps
     budget = authors_budget()
-    config.grid = ml_collections.ConfigDict(dict(
+    config.grid.update(dict(
         regimes=REGIMES,
         num_seeds=6,
         epochs=0,  # > 0: train.num_steps = epochs * max(N // batch, 1)

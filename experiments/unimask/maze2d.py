@@ -19,7 +19,6 @@ reward), a fixed step budget instead of 2000 epochs, snippets of k = 20 steps (t
 not state k). `:quick`: the U maze, a small model, 3 seeds, minutes on 2 CPU cores.
 """
 
-import ml_collections
 
 from icrl_jax.experiments.continuous.point_maze import add_maze_data
 from icrl_jax.experiments.unimask import add_unimask_fields
@@ -50,7 +49,7 @@ def get_config(preset: str = ""):
     config.train.num_steps = 100_000
     config.train.log_every = 500
     config.report.kind = "grid"  # `icrl-jax report`: the regime grid and its heatmaps
-    config.grid = ml_collections.ConfigDict(dict(
+    config.grid.update(dict(
         evaluate="returns",
         num_seeds=3,
         eval_every=5000,

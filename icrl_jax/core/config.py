@@ -119,6 +119,7 @@ def default_train_config() -> ml_collections.ConfigDict:
         # "auto" = bf16 on GPUs (Ampere on) and TPUs, float32 on the CPU; "fp32".
         compute_dtype="auto",
         scan_unroll=1,  # steps of the scanned training call unrolled per loop iteration
+        prefetch=2,  # loader items read ahead (datasets read from disk while training)
     ))
 
 
@@ -153,6 +154,19 @@ TRAIN_CONSTRAINTS = V.declare("train", (
                lambda devices, batch: f"train.batch_size={max(devices, batch // devices * devices)}",
                needs="devices"),
 ))
+
+def default_dist_config() -> ml_collections.ConfigDict:
+    """More than one process (`core/distributed.py`): the `dist` section. A field left at its
+    default is taken from the JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID
+    environment variables, else one process."""
+    return ml_collections.ConfigDict(dict(
+        coordinator="",  # HOST:PORT of process 0
+        num_processes=0,
+        process_id=-1,
+        cluster=False,  # let JAX detect SLURM / Open MPI / Kubernetes / Cloud TPU instead
+        timeout_s=300,  # how long to wait for the coordinator and the other processes
+    ))
+
 
 def base_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
@@ -219,15 +233,7 @@ def base_config() -> ml_collections.ConfigDict:
         evaluate=True,  # `train` evaluates when training ends
         progress=True,
     ))
-    # More than one process (icrl_jax/distributed.py); unset = the JAX_COORDINATOR_ADDRESS /
-    # JAX_NUM_PROCESSES / JAX_PROCESS_ID environment variables, else one process.
-    config.dist = ml_collections.ConfigDict(dict(
-        coordinator="",  # HOST:PORT of process 0
-        num_processes=0,
-        process_id=-1,
-        cluster=False,  # let JAX detect SLURM / Open MPI / Kubernetes / Cloud TPU instead
-        timeout_s=300,  # how long to wait for the coordinator and the other processes
-    ))
+    config.dist = default_dist_config()
     # Logging options read by the trainer (metrics.jsonl and TensorBoard are always written).
     config.log = ml_collections.ConfigDict(dict(
         wandb=False,  # also log to Weights & Biases
@@ -287,6 +293,12 @@ BASE_CONSTRAINTS = V.declare("base", (
                f"{per_call} (a training call ends only there)",
                lambda every, per_call: every % per_call == 0,
                lambda every, per_call: f"eval.every={max(1, round(every / per_call)) * per_call}"),
+    V.relation(("data.num_test_tasks", "eval.tasks"),
+               "eval.tasks='test' evaluates on the held-out tasks: data.num_test_tasks must be "
+               "at least 1",
+               lambda env, test, tasks: tasks != "test" or test >= 1 or (
+                   env.host and env.num_tasks == 1),
+               lambda env, test, tasks: "data.num_test_tasks=1", needs="env"),
     V.relation(("data.num_train_tasks", "data.num_test_tasks"),
                lambda env, train, test: f"data.num_train_tasks + data.num_test_tasks = "
                f"{train + test} must be at most the {env.num_tasks} tasks the env has",
@@ -416,12 +428,15 @@ def check_workdir(config: ml_collections.ConfigDict) -> None:
         raise UserError(f"work directory {config.workdir!r} has an unreadable config.json ({e}); "
                         f"pass a new --config.workdir=DIR or remove it") from None
 
-    def identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
-        env = cfg.get("env") or {}
-        return {"experiment": cfg.get("experiment"), "method": cfg.get("method"),
-                "env.name": env.get("name")}
+    def identity(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
+        return {"experiment": cfg.experiment, "method": cfg.method, "env.name": cfg.env.name}
 
-    theirs, ours = identity(saved), identity(config)
+    try:
+        theirs = identity(ml_collections.ConfigDict(saved))
+    except (AttributeError, TypeError, ValueError):  # JSON, but not a run's config
+        raise UserError(f"work directory {config.workdir!r} has a config.json that is not a run's "
+                        f"config; pass a new --config.workdir=DIR or remove it") from None
+    ours = identity(config)
     if theirs != ours:
         def describe(d):
             return ", ".join(f"{k}={v!r}" for k, v in d.items())

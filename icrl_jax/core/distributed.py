@@ -34,6 +34,7 @@ import time
 
 import jax
 
+from icrl_jax.core.config import default_dist_config
 from icrl_jax.core.errors import UserError
 
 
@@ -41,9 +42,11 @@ class CoordinatorUnreachableError(UserError):
     """The coordinator of a multi-process run did not answer."""
 
 
-def _setting(dist, key: str, env_var: str, unset):
-    """`dist.<key>` when set, else the environment variable `env_var`, else `unset`."""
-    value = dist.get(key, unset) if dist is not None else unset
+def _setting(dist, key: str, env_var: str):
+    """`dist.<key>` when set away from its default, else the environment variable `env_var`,
+    else the default."""
+    unset = default_dist_config()[key]
+    value = dist[key]
     return os.environ.get(env_var, unset) if value == unset else value
 
 
@@ -69,21 +72,22 @@ def _wait_for_coordinator(address: str, timeout_s: float) -> None:
 
 
 def initialize(dist) -> bool:
-    """Join the multi-process run that `dist` (the config's `dist` section, may be None) or the
-    environment describes; returns whether this is a multi-process run. Idempotent."""
+    """Join the multi-process run that `dist` (the config's `dist` section; None: its defaults)
+    or the environment describes; returns whether this is a multi-process run. Idempotent."""
     if jax.distributed.is_initialized():
         return True
-    timeout_s = float(dist.get("timeout_s", 300)) if dist is not None else 300.0
+    dist = default_dist_config() if dist is None else dist
+    timeout_s = float(dist.timeout_s)
     if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if dist is not None and dist.get("cluster", False):
+    if dist.cluster:
         jax.distributed.initialize(initialization_timeout=int(timeout_s))
         return True
-    coordinator = str(_setting(dist, "coordinator", "JAX_COORDINATOR_ADDRESS", ""))
+    coordinator = str(_setting(dist, "coordinator", "JAX_COORDINATOR_ADDRESS"))
     if not coordinator:
         return False
-    num_processes = int(_setting(dist, "num_processes", "JAX_NUM_PROCESSES", 0))
-    process_id = int(_setting(dist, "process_id", "JAX_PROCESS_ID", -1))
+    num_processes = int(_setting(dist, "num_processes", "JAX_NUM_PROCESSES"))
+    process_id = int(_setting(dist, "process_id", "JAX_PROCESS_ID"))
     if num_processes < 1 or not 0 <= process_id < num_processes:
         raise UserError(f"a multi-process run needs dist.num_processes >= 1 and 0 <= "
                         f"dist.process_id < num_processes; got {num_processes} and {process_id}")

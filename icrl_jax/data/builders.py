@@ -225,12 +225,12 @@ class Minari(Builder):
 
     @staticmethod
     def root(config) -> str:
-        if not config.data.get("dataset_id"):
+        if not config.data.dataset_id:
             raise UserError("data.builder='minari' needs data.dataset_id")
-        return config.data.get("minari_root") or os.path.join(config.workdir, "minari")
+        return config.data.minari_root or os.path.join(config.workdir, "minari")
 
     def path(self, config, env) -> str:
-        if config.data.get("minari_id"):
+        if config.data.minari_id:
             return locate_minari(config.data.minari_id)
         return dataset_dir(self.root(config), config.data.dataset_id)
 
@@ -239,7 +239,7 @@ class Minari(Builder):
                    for sub in (("data",), ()))
 
     def build(self, config, env, path: str) -> None:
-        if config.data.get("minari_id"):
+        if config.data.minari_id:
             raise DatasetNotFoundError(
                 f"no Minari dataset data.minari_id={config.data.minari_id!r} at {path}: download "
                 f"it first (minari download {config.data.minari_id}), or set "
@@ -543,7 +543,7 @@ def share_dataset(config, env, derived) -> None:
     """Point `derived` (a copy of `config` with its own work directory: a training seed, a
     table column) at `config`'s dataset, so that it is built once and every copy reads it."""
     builder = builder_of(config)
-    if config.data.get("minari_id"):  # the user's dataset: every copy reads it where it is
+    if config.data.minari_id:  # the user's dataset: every copy reads it where it is
         return
     if isinstance(builder, Minari):  # located by its root and id, not by data.path
         derived.data.minari_root = builder.root(config)

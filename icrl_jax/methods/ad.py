@@ -103,7 +103,7 @@ def observation_encoder(model_config) -> nn.Module | None:
 
 def grid_size_of(config, env) -> int | None:
     """`env.grid_size` when `model.grid_observations` asks for (row, column) features."""
-    if not config.model.get("grid_observations", False):
+    if not config.model.grid_observations:
         return None
     if env.grid_size is None:
         raise ValueError(f"model.grid_observations needs a grid-world env; {config.env.name} "
@@ -175,8 +175,7 @@ class AD(InContextMethod):
                              f"{num_observations} discrete observations")
         self.model = ADModel(num_actions, num_observations, model_config.d_model,
                              Transformer.from_config(model_config), grid_size, encoder,
-                             bool(model_config.get("episode_starts", False)),
-                             bool(model_config.get("episode_returns", False)))
+                             bool(model_config.episode_starts), bool(model_config.episode_returns))
         self.model = Compiled(self.model)  # eager init / apply: one program each
 
     def window_ngram_ids(self, window: StepWindows) -> jax.Array | None:

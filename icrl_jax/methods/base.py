@@ -59,10 +59,7 @@ class Method(abc.ABC):
     @classmethod
     def label(cls, config) -> str:
         """The row name in reports: `report.label`, else `variant_name(config)`."""
-        report = config.get("report")
-        if report is not None and report.get("label"):
-            return report.label
-        return cls.variant_name(config)
+        return config.report.label or cls.variant_name(config)
 
     @classmethod
     def variant_name(cls, config) -> str:

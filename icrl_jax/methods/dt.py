@@ -64,9 +64,6 @@ from icrl_jax.models.tokens import ObservationEmbedding
 from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_slots
 from icrl_jax.models.compiled import Compiled
 
-TIMESTEP_ENCODINGS = ("timestep", "position", "none")
-ACTION_PREDICTIONS = ("state", "autoregressive")
-
 
 class PixelStateEmbedding(nn.Module):
     """uint8 images `(B, L, H, W, C)` -> `(B, L, D)`: optional integer average-pool, then CNN."""
@@ -325,15 +322,9 @@ class DecisionTransformer(Method):
         self.action_dims = tuple(int(d) for d in action_dims)
         self.context_len = int(context_len)
         self.rtg_scale = float(model_config.rtg_scale)
-        self.return_conditioned = model_config.get("return_conditioned", 1.0)
+        self.return_conditioned = model_config.return_conditioned
         encoding = model_config.timestep_encoding
-        if encoding not in TIMESTEP_ENCODINGS:
-            raise ValueError(f"model.timestep_encoding must be one of {TIMESTEP_ENCODINGS}, "
-                             f"got {encoding!r}")
         prediction = model_config.action_prediction
-        if prediction not in ACTION_PREDICTIONS:
-            raise ValueError(f"model.action_prediction must be one of {ACTION_PREDICTIONS}, "
-                             f"got {prediction!r}")
         if prediction == "autoregressive" and not self.multi_action_tokens:
             raise ValueError("model.action_prediction='autoregressive' needs one token per action "
                              "component (method msat or mat)")
@@ -353,9 +344,8 @@ class DecisionTransformer(Method):
                              int(continuous_dim), self.multi_action_tokens,
                              self.state_in_action_tokens, encoding,
                              int(model_config.max_timestep), prediction,
-                             tuple(int(c) for c in model_config.get("cnn_channels", (32, 64, 64))),
-                             int(model_config.get("cnn_kernel", 4)),
-                             int(model_config.get("obs_pool", 1)),
+                             tuple(int(c) for c in model_config.cnn_channels),
+                             int(model_config.cnn_kernel), int(model_config.obs_pool),
                              float(model_config.embed_norm_epsilon))
         self.model = Compiled(self.model)  # eager init / apply: one program each
 
@@ -426,7 +416,7 @@ class DecisionTransformer(Method):
     def decode_window(self) -> int:
         """W > 0 (tokens) when the backbone attends over a sliding window
         (`model.attention_window`); else 0."""
-        return int(self.config.get("attention_window", 0) or 0)
+        return int(self.config.attention_window)
 
     @property
     def decodes_incrementally(self) -> bool:

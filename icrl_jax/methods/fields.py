@@ -1,7 +1,8 @@
 """Config fields of the shared methods (AD, DT), declared beside them.
 
 Pure ml_collections (no model code), so that experiment files, which import these, load fast.
-`ad_config()` and `dt_model_config()` give an experiment its method's fields; a paper's own
+`ad_config()` and `dt_model_config()` give an experiment its method's fields (`ad_model_config()`
+the whole `model` section of AD's, for code that builds a model alone); a paper's own
 methods declare theirs in their package's `fields.py`.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import ml_collections
 
 from icrl_jax.core import validation as V
-from icrl_jax.core.config import base_config
+from icrl_jax.core.config import base_config, default_transformer_config
 from icrl_jax.models.fields import ngram_model_fields
 
 
@@ -54,11 +55,18 @@ AD_CONSTRAINTS = V.declare("ad", (
 ))
 
 def ad_config(method: str = "ad") -> ml_collections.ConfigDict:
+def ad_model_config() -> ml_collections.ConfigDict:
+    """The `model` section of an AD-family method: the shared transformer's fields and AD's."""
+    config = default_transformer_config()
+    config.update(ad_model_fields())
+    return config
+
+
     """`base_config()` for an in-context method of the AD family: `config.method = method` and
     AD's model fields."""
     config = base_config()
     config.method = method
-    config.model.update(ad_model_fields())
+    config.model = ad_model_config()
     return config
 
 
@@ -89,3 +97,10 @@ DT_CONSTRAINTS = V.declare("dt", (
     V.positive("model.embed_norm_epsilon", 1e-6),
     V.number("model.return_conditioned", 1.0),
 ))
+    # DT evaluates one policy per target return (model.timestep_encoding marks DT's configs).
+    V.Constraint(("eval.target_returns", "model.timestep_encoding"), "",
+                 lambda targets, _: isinstance(targets, (tuple, list)) and len(targets) > 0
+                 and all(V.is_number(t) for t in targets), "",
+                 message=lambda targets, _: f"config eval.target_returns={targets!r} must be a "
+                 f"non-empty tuple of returns to condition on (one evaluation policy each); e.g. "
+                 f"--config.eval.target_returns='(1.0,)'"),

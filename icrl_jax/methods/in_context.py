@@ -372,17 +372,15 @@ class InContextMethod(Method):
         "none") and no n-gram layers (their matches reach the whole past): a ring of W
         key/value slots then decodes a rollout of any length exactly as the full pass computes
         it (`models/transformer.py`: `ring_cache_mask`); else 0."""
-        window = int(self.config.get("attention_window", 0) or 0)
-        relative = self.config.get("position", "learned") in ("rotary", "none")
-        return window if window > 0 and relative and not self.config.get("ngram_positions") \
-            else 0
+        window = int(self.config.attention_window)
+        relative = self.config.position in ("rotary", "none")
+        return window if window > 0 and relative and not self.config.ngram_positions else 0
 
     @property
     def decodes_incrementally(self) -> bool:
         """Decode from a cache: the method has a decoder, and no shuffled n-gram patterns (the
         ablation draws each row from the whole window; real matches decode row by row)."""
-        shuffled = (getattr(self, "ngram_ids", None) is not None
-                    and bool(self.config.get("ngram_shuffle", False)))
+        shuffled = getattr(self, "ngram_ids", None) is not None and bool(self.config.ngram_shuffle)
         return self.has_cache_decoder and not shuffled
 
     def ngram_id_parts(self, example: StepWindows) -> int | None:
@@ -421,4 +419,4 @@ class InContextMethod(Method):
         return {"model": in_context_source(self, params, env, config.train.seq_len,
                                            config.eval.greedy, max_steps=config.eval.num_steps,
                                            temperature=config.eval.temperature,
-                                           context_caches=config.eval.get("context_caches", 0))}
+                                           context_caches=config.eval.context_caches)}

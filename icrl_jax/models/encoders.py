@@ -335,7 +335,7 @@ def vq_ids_from_config(model_config) -> Callable[..., jax.Array]:
     from the pretrained VQ-VAE directory `model.vq_checkpoint` (its parameters become constants
     of the function, the same in training and in in-context rollouts). The function carries
     `fingerprint` (`vq_fingerprint`) for checkpoint signatures."""
-    path = model_config.get("vq_checkpoint") or ""
+    path = model_config.vq_checkpoint
     if not path:
         raise VQCheckpointError("model.ngram_match='vq' needs model.vq_checkpoint, the directory "
                                 "of a pretrained VQ-VAE (`icrl-jax pretrain-vq` writes one; "

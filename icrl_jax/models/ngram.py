@@ -107,9 +107,9 @@ def get_ngram_ids(name: str) -> NGramIds:
 def config_ngram_ids(model_config) -> NGramIds | None:
     """The step-id function of a model config's n-gram layers (`ngram_match`, default
     "transition"); None when it has none (`ngram_positions` empty)."""
-    if not model_config.get("ngram_positions"):
+    if not model_config.ngram_positions:
         return None
-    name = model_config.get("ngram_match", "transition")
+    name = model_config.ngram_match
     if name in NGRAM_ID_FACTORIES:
         return NGRAM_ID_FACTORIES[name](model_config)
     return get_ngram_ids(name)

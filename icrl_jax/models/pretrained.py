@@ -161,10 +161,9 @@ def adopt_pretrained_architecture(model_config) -> None:
     and the stack's transformer fields; num_layers = `model.pretrained_layers` when set) to
     `model.pretrained`'s, in place: a table column that starts from another family (CLIP-DT
     next to GPT-DT) takes its LM's shape instead of failing `check_backbone_fits`."""
-    if not (model_config.get("pretrained_architecture") and model_config.get("pretrained")):
+    if not (model_config.pretrained_architecture and model_config.pretrained):
         return
-    stack = pretrained_architecture(model_config.pretrained,
-                                    int(model_config.get("pretrained_layers") or 0))
+    stack = pretrained_architecture(model_config.pretrained, int(model_config.pretrained_layers))
     model_config.update(dict(stack.fields, d_model=stack.d_model))
 
 

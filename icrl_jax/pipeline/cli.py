@@ -83,7 +83,7 @@ def _run(argv: list[str]) -> None:
     from icrl_jax.core import distributed
     # A multi-process run joins before anything touches a device: looking a command up imports
     # the modules that register commands, and gymnax computes on import.
-    distributed.initialize(_CONFIG.value.get("dist"))
+    distributed.initialize(_CONFIG.value.dist)
     command = COMMANDS.get(args[0])
     from icrl_jax.pipeline import run as R
     config = R.resolve_config(_CONFIG.value)

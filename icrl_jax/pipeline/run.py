@@ -32,7 +32,7 @@ import numpy as np
 from icrl_jax import envs
 from icrl_jax.core import metrics as M
 from icrl_jax.pipeline import train as T
-from icrl_jax.core.config import check_workdir, finalize
+from icrl_jax.core.config import check_workdir, finalize, saved_config
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.files import (atomic_write, make_dirs, remove_stale_temporaries, write_json,
@@ -84,7 +84,7 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
 def _data_parallel_devices(config) -> int | None:
     """The devices a batch must divide over: all of them with several processes (one process
     trains on the most it divides over, a sweep splits its replicas instead); None: any batch."""
-    if jax.process_count() == 1 or config.get("sweep") is not None:
+    if jax.process_count() == 1 or "sweep" in config:
         return None
     return jax.device_count()
 
@@ -159,7 +159,7 @@ def train(config):
     def fit(stop_at=None):
         return T.train(method, data, config.train, config.workdir,
                        method.signature(config, env), seed=config.seed,
-                       show_progress=config.run.progress, stop_at=stop_at, log=config.get("log"),
+                       show_progress=config.run.progress, stop_at=stop_at, log=config.log,
                        programs=programs)
 
     every = int(config.eval.every) if config.run.evaluate else 0
@@ -459,9 +459,7 @@ def aggregate_runs(paths: list[str], out: str) -> dict[str, str]:
         if not os.path.isfile(config_path):
             raise UserError(f"report --runs {path}: no config.json there; give work directories "
                             f"of finished runs")
-        with open(config_path) as f:
-            saved = json.load(f)
-        kinds.setdefault((saved.get("report") or {}).get("kind", "seeds"), []).append(path)
+        kinds.setdefault(saved_config(workdir).report.kind, []).append(path)
     if len(kinds) != 1:
         listing = "; ".join(f"{kind}: {', '.join(p)}" for kind, p in sorted(kinds.items()))
         raise UserError(f"report --runs: runs of different report kinds cannot share a table "
@@ -474,7 +472,7 @@ def run(config, command: str):
     """The CLI's `icrl-jax <command> --config ...` on a resolved config."""
     for other in COMMANDS.names():  # a command's own kind of config goes to it alone
         section = COMMANDS.get(other).config_section
-        if section and (command == other) != (config.get(section) is not None):
+        if section and (command == other) != (section in config):
             raise UserError(f"{other} takes a config with an `{section}` section, and only it "
                             f"takes one (a config of another kind)")
     with hold(config.workdir, command, is_main_process()), sized_by("the run", config):

@@ -34,7 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from icrl_jax.core.checkpoints import (Checkpointer, CheckpointMismatchError,  # noqa: F401 (re-export)
                                       MissingCheckpointError)
-from icrl_jax.core.config import TRACED_HYPERPARAMETERS, default_train_config  # noqa: F401
+from icrl_jax.core.config import TRACED_HYPERPARAMETERS
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
@@ -163,7 +163,7 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
                         f"devices; use a multiple of {num_devices}")
     sharding = None if replicas else NamedSharding(mesh, P("data"))
     stepped = data.loader_fn is not None and jax.process_count() > 1
-    dtype = compute_dtype(config.get("compute_dtype", "auto"))
+    dtype = compute_dtype(config.compute_dtype)
 
     def constrain(batch):
         return batch if sharding is None else jax.lax.with_sharding_constraint(batch, sharding)
@@ -188,7 +188,7 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
             return gradient_step(method, optimizer, state, batch, dropout_key, dtype)
 
         return jax.lax.scan(one_step, state, None, length=steps,
-                            unroll=config.get("scan_unroll", 1))
+                            unroll=config.scan_unroll)
 
     if replicas:
         train_steps = jax.vmap(train_steps, in_axes=(0, None, 0, 0))
@@ -308,10 +308,8 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     step = int(np.max(state.step))
     loader = None if data.loader_fn is None else _process_loader(data.loader_fn, step, mesh,
                                                                  config.steps_per_call)
-    log = log or {}
-    wandb = dict(wandb=True, wandb_project=log.get("wandb_project", "icrl-jax"),
-                 wandb_mode=log.get("wandb_mode", "offline"), run_config=signature
-                 ) if log.get("wandb", False) else {}
+    wandb = dict(wandb=True, wandb_project=log.wandb_project, wandb_mode=log.wandb_mode,
+                 run_config=signature) if log is not None and log.wandb else {}
     main = is_main_process()  # the other processes compute the same state and write nothing
     logger = MetricsLogger(workdir, "train", **wandb) if main else None
     bar = progress(total=config.num_steps, initial=step, desc="train",
@@ -388,7 +386,7 @@ def train(method, data: TrainData, config: ml_collections.ConfigDict, workdir: s
 
     `stop_at` ends the run early at that step, after checkpointing it, as a preempted job
     would; running again with the same config resumes and ends where an uninterrupted run ends.
-    `log`: the config's `log` section (Weights & Biases switch). Writes metrics to
+    `log`: the config's `log` section (Weights & Biases switch; None: off). Writes metrics to
     `workdir/metrics.jsonl` and TensorBoard, checkpoints to `workdir/checkpoints`. Raises
     `TrainingDivergedError` on a NaN/inf loss or gradient (the last good checkpoint is kept).
     `programs`: a dict the caller keeps across calls with the same method, data and config
@@ -414,8 +412,7 @@ def replica_hyperparameters(config, assignments: Sequence[dict[str, Any]]) -> di
     def value(a, dotted):
         section, key = dotted.split(".")
         return a.get(dotted, config[section][key])
-    present = [k for k in REPLICA_HYPERPARAMETERS
-               if k.split(".")[1] in config.get(k.split(".")[0], {})]
+    present = [k for k in REPLICA_HYPERPARAMETERS if k.split(".")[1] in config[k.split(".")[0]]]
     return {k: jnp.asarray([value(a, k) for a in assignments], jnp.float32) for k in present}
 
 

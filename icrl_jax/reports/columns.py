@@ -8,7 +8,8 @@ trains `report.num_seeds` seeds on the one shared dataset, each in
 `<workdir>/<column>/seed_<s>/` (resumable: a seed with an `eval.json` is not run again), and is
 evaluated by the usual `run.evaluate`. The table reads `model@<highest target>_<metric>` for each
 of `report.metrics` from the seeds' `eval.json`, and each of `report.run_metrics` (keys without
-the target, e.g. a method's analysis readouts) where a seed has it, and writes
+the target, e.g. a method's analysis readouts) where a seed has it (these fields:
+`reports/fields.py`), and writes
 `<workdir>/table.md` and `table.json` (mean, standard error, per-seed
 values).
 """
@@ -40,7 +41,7 @@ def column_config(config, column: str, seed: int) -> ml_collections.ConfigDict:
     seeded.unlock()
     for dotted, value in config.columns[column]:
         for field in _report_fields(value):
-            if not config.report.get(field):
+            if field not in config.report or not config.report[field]:
                 raise UserError(f"column {column!r} starts from a language model: give its "
                                 f"Hugging Face directory with --config.report.{field}=DIR "
                                 "(e.g. the hf/ folder that `icrl-jax pretrain-lm` writes)")
@@ -61,10 +62,10 @@ def _report_fields(value) -> list[str]:
 def runnable_columns(config) -> list[str]:
     """The columns to run: all, less those in `report.optional_columns` whose "{field}"
     fields are empty (e.g. a column of a model whose weights were not given)."""
-    optional = set(config.report.get("optional_columns", ()))
+    optional = set(config.report.optional_columns)
     return [c for c in config.columns
-            if c not in optional or all(config.report.get(f) for _, v in config.columns[c]
-                                        for f in _report_fields(v))]
+            if c not in optional or all(f in config.report and config.report[f]
+                                        for _, v in config.columns[c] for f in _report_fields(v))]
 
 
 def _cell(values: list[float]) -> dict[str, Any]:

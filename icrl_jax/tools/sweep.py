@@ -102,7 +102,7 @@ def train_assignments(config, env, data: TrainData, assignments: Sequence[dict[s
     """
     hypers = T.replica_hyperparameters(config, assignments)
     # A group trains for minutes to hours: a progress bar per program, as `train` has.
-    show_progress = bool(config.get("run", {}).get("progress", False))
+    show_progress = bool(config.run.progress)
     signature = dict(sweep_group=group_key(assignments[0]), method=config.method,
                      env=config.env.name)
 
@@ -164,7 +164,7 @@ def _check_fingerprint(config) -> None:
     ignored = ("sweep.num_assignments", "sweep.max_replicas", "workdir", "preset", "data.path")
     # Config keys added after sweeps were written: absent from an old file = their default.
     added = {"data.subsample": 1, "train.compute_dtype": "auto", "model.norm_epsilon": 1e-6,
-             "model.activation": "gelu_tanh"}
+             "model.activation": "gelu_tanh", "train.prefetch": 2}
     current = {k: v for k, v in _flat(json.loads(config.to_json(sort_keys=True))).items()
                if not k.startswith(("run.", "log.", "dist.")) and k not in ignored}
     path = os.path.join(config.workdir, "sweep_config.json")
@@ -229,11 +229,15 @@ def evaluate_params(config, env, method, params, test_ids, baselines) -> dict[st
 
 def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of `config` in `config.workdir`; returns all results."""
+    if "sweep" not in config:
+        raise UserError(f"sweep needs a config with a `sweep` section (its search space), and "
+                        f"{config.experiment!r} has none; e.g. --config "
+                        f"experiments/ngram/darkroom.py:quick")
     space = flatten_space(config.sweep.space)
     for dotted in space:
         section, _, key = dotted.partition(".")
         if section not in config or key not in config[section]:
-            raise KeyError(f"sweep.space names {dotted!r}, which is not a config key")
+            raise UserError(f"sweep.space names {dotted!r}, which is not a config key")
     os.makedirs(config.workdir, exist_ok=True)
     env = envs.make(config.env.name, **config.env.kwargs.to_dict())
     assignments = [sample_assignment(space, config.sweep.seed, i)
@@ -242,7 +246,7 @@ def run_sweep(config, vmapped: bool = True) -> list[dict[str, Any]]:
     for r in results:
         if r["index"] < len(assignments) and r["assignment"] != json.loads(json.dumps(
                 assignments[r["index"]])):
-            raise ValueError(f"{_results_path(config)} holds assignment {r['index']} = "
+            raise UserError(f"{_results_path(config)} holds assignment {r['index']} = "
                              f"{r['assignment']}, but this search space samples "
                              f"{assignments[r['index']]}; use a new workdir or the old space")
     _check_fingerprint(config)
@@ -315,6 +319,7 @@ def optimal_return_of(workdir: str) -> float | None:
     with open(path) as f:
         nested = unflatten(json.load(f))
     config = ml_collections.ConfigDict(nested)
+    # The flat file has no key for an empty dict: no env.kwargs when the env takes none.
     env = envs.make(config.env.name, **nested["env"].get("kwargs", {}))
     if env.host or not env.has_optimal_return:
         return None

@@ -97,7 +97,7 @@ def pretrain(config) -> dict[str, Any]:
     data = on_device(jnp.asarray(train_tokens), sample_byte_windows, window)
     signature = dict(method="gpt2_lm", gpt2=cfg.__dict__, corpus=config.lm.corpus)
     state = T.train(lm, data, config.train, config.workdir, signature, seed=int(config.seed),
-                    show_progress=bool(config.run.progress), log=config.get("log"))
+                    show_progress=bool(config.run.progress), log=config.log)
     params = jax.tree.map(jnp.asarray, state.params)
     save_hf_gpt2(os.path.join(config.workdir, "hf"), cfg, params)
     # Validation: consecutive non-overlapping windows of the held-out text.

@@ -63,7 +63,7 @@ class GPTDecisionTransformer(DecisionTransformer):
                  continuous_dim: int = 0):
         super().__init__(model_config, action_dims, context_len, num_observations,
                          continuous_dim)
-        self.pretrained = str(model_config.pretrained or "")
+        self.pretrained = str(model_config.pretrained)
         self.mixture = bool(model_config.mixture_of_attention)
         self.markov_penalty = model_config.markov_penalty
         if isinstance(self.markov_penalty, (int, float)) and self.markov_penalty and not (
@@ -80,7 +80,7 @@ class GPTDecisionTransformer(DecisionTransformer):
         if self.pretrained:
             # GPT-2, CLIP text or Llama; only the first k blocks with model.pretrained_layers=k
             stack, stack_params = cached_pretrained(self.pretrained,
-                                                    int(model_config.get("pretrained_layers") or 0))
+                                                    int(model_config.pretrained_layers))
             check_backbone_fits(stack, int(model_config.d_model), self.backbone, self.pretrained)
             self.lm_params = stack_params  # the LM's block stack, in our Transformer layout
             self.markov = markov_mask(stack_params)
@@ -94,13 +94,13 @@ class GPTDecisionTransformer(DecisionTransformer):
         signature = super().signature(config, env)
         if config.model.pretrained:  # same shapes as a DT from scratch: say which init
             signature["pretrained"] = os.path.basename(os.path.normpath(config.model.pretrained))
-            if config.model.get("pretrained_layers"):
+            if config.model.pretrained_layers:
                 signature["pretrained_layers"] = int(config.model.pretrained_layers)
         return signature
 
     @classmethod
     def variant_prefix(cls, config) -> str:
-        pretrained = config.model.get("pretrained")
+        pretrained = config.model.pretrained
         return pretrained_family(pretrained) + "_" if pretrained else ""
 
     @classmethod
@@ -108,9 +108,8 @@ class GPTDecisionTransformer(DecisionTransformer):
         """With `variant_prefix`, GPT-DTMA's columns: `dt`, `dtma`, `gpt_dt`, `gpt_dtma`,
         `gpt_dtma_r`, `gpt_dt_part` (`clip_dt`, `clip_dtma` for a CLIP text encoder)."""
         model = config.model
-        return ("ma" * bool(model.get("mixture_of_attention"))
-                + "_r" * bool(model.get("markov_penalty"))
-                + "_part" * bool(model.get("freeze_attention")))
+        return ("ma" * bool(model.mixture_of_attention) + "_r" * bool(model.markov_penalty)
+                + "_part" * bool(model.freeze_attention))
 
     def init(self, key: jax.Array, example: Trajectories):
         params = super().init(key, example)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_collections
 
 from icrl_jax.core import validation as V
+from icrl_jax.methods.fields import ad_model_config
 
 
 def default_headless_config() -> dict:
@@ -17,11 +18,30 @@ def default_headless_config() -> dict:
                 layout="ours")
 
 
+def headless_model_config(**overrides) -> ml_collections.ConfigDict:
+    """The `model` section of Headless-AD: the transformer's, AD's and its own fields
+    (defaults, then `overrides`)."""
+    config = ad_model_config()
+    config.update(dict(default_headless_config(), **overrides))
+    return config
+
+
 def add_headless_fields(config: ml_collections.ConfigDict, **overrides) -> None:
     """Give `config.model` the Headless-AD fields (defaults, then `overrides`)."""
     fields = dict(default_headless_config(), **overrides)
     for key, value in fields.items():
         config.model[key] = value
+
+
+def variant_fields() -> dict:
+    """One entry of `config.variants` (the `variants` report, `papers/headless_ad/variants.py`);
+    an entry gives the fields it changes."""
+    return dict(
+        env={},  # env kwargs overriding the config's (with env_name: the env's kwargs alone)
+        tasks="test",  # test | train: held-out or training tasks
+        actions="",  # a named action set of the env ("" = its own)
+        env_name="",  # another registered env ("" = the config's)
+    )
 
 
 #: What the Headless-AD fields take (core/validation.py).

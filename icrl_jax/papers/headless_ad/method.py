@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import ml_collections
 
 from icrl_jax.papers.headless_ad.fields import add_headless_fields, default_headless_config  # noqa: F401
-from icrl_jax.core.errors import UserError
 from icrl_jax.data.dataset import StepWindows
 from icrl_jax.methods import register
 from icrl_jax.methods.ad import AD, grid_size_of
@@ -43,7 +42,6 @@ from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mas
 from icrl_jax.models.compiled import Compiled
 
 EMBEDDING_KINDS = ("orthonormal", "normal")
-LOSSES = ("infonce", "mse")
 
 
 def orthonormal_columns(matrix: jax.Array) -> jax.Array:
@@ -262,12 +260,8 @@ class HeadlessAD(InContextMethod):
     def from_config(cls, config, env, model_config) -> "HeadlessAD":
         """`model.layout`: "ours" (this model) or another registered in `LAYOUTS` (the
         authors' bandit model, "reference": `reference_method.ReferenceHeadlessAD`)."""
-        layout = model_config.get("layout", "ours")
-        if layout != "ours":
-            if layout not in LAYOUTS:
-                names = " or ".join(repr(n) for n in ("ours", *LAYOUTS))
-                raise UserError(f"model.layout must be {names}, got {layout!r}")
-            return LAYOUTS[layout](model_config, env)
+        if model_config.layout != "ours":
+            return LAYOUTS[model_config.layout](model_config, env)
         return cls(model_config, None if env.pixels else env.num_observations,
                    grid_size_of(config, env))
 
@@ -284,14 +278,9 @@ class HeadlessAD(InContextMethod):
                  grid_size: int | None = None):
         self.config = model_config
         for flag in ("episode_starts", "episode_returns"):
-            if model_config.get(flag, False):
+            if model_config[flag]:
                 raise ValueError(f"model.{flag} is an AD option; Headless-AD's tokens do not "
                                  "carry it")
-        if model_config.loss not in LOSSES:
-            raise ValueError(f"unknown loss {model_config.loss!r}; valid: {LOSSES}")
-        if model_config.embeddings not in EMBEDDING_KINDS:
-            raise ValueError(f"unknown embeddings {model_config.embeddings!r}; "
-                             f"valid: {EMBEDDING_KINDS}")
         self.tau = float(model_config.tau)
         self.loss_kind = model_config.loss
         self.embedding_kind = model_config.embeddings
@@ -301,8 +290,8 @@ class HeadlessAD(InContextMethod):
         self.model = HeadlessADModel(num_observations, model_config.d_model, self.embed_dim,
                                      bool(model_config.prompt),
                                      Transformer.from_config(model_config), grid_size,
-                                     bool(model_config.get("reward_gated_actions", False)),
-                                     str(model_config.get("prompt_order", "set")))
+                                     bool(model_config.reward_gated_actions),
+                                     str(model_config.prompt_order))
         self.model = Compiled(self.model)  # eager init / apply: one program each
 
     @property
@@ -310,7 +299,7 @@ class HeadlessAD(InContextMethod):
         """`InContextMethod.decode_window`, except with the action-set prompt and rotary
         positions: the prompt sits at position 0, so a step's distance to it grows with the
         rollout, past what a training window shows (such a model recomputes the window)."""
-        if self.model.prompt and self.config.get("position", "learned") == "rotary":
+        if self.model.prompt and self.config.position == "rotary":
             return 0
         return super().decode_window
 

@@ -42,16 +42,16 @@ def check_reference_config(model_config, env) -> None:
     if env.name != "bernoulli_bandit" or env.num_observations != 1:
         refuse(f"needs env bernoulli_bandit without a context, got {env.name!r}"
                + ("" if env.num_observations == 1 else " with observations"))
-    if int(model_config.get("attention_window", 0) or 0):
+    if model_config.attention_window:
         refuse("attends over the whole sequence: set model.attention_window=0")
-    if model_config.get("ngram_positions"):
+    if model_config.ngram_positions:
         refuse("has no n-gram layers: set model.ngram_positions=()")
-    if model_config.get("reward_gated_actions", False):
+    if model_config.reward_gated_actions:
         refuse("has no reward-gated action inputs: set model.reward_gated_actions=False")
-    if model_config.get("prompt_order", "set") != "set":
+    if model_config.prompt_order != "set":
         refuse("orders its prompt causally already: leave model.prompt_order='set'")
     for flag in ("episode_starts", "episode_returns"):
-        if model_config.get(flag, False):
+        if model_config[flag]:
             refuse(f"has no episode fields: set model.{flag}=False")
     if model_config.loss != "infonce":
         refuse(f"is ported with the InfoNCE loss only, got model.loss={model_config.loss!r}")
@@ -95,9 +95,9 @@ class ReferenceHeadlessAD(HeadlessAD):
         super().__init__(model_config, env.num_observations, None)
         backbone = RL.reference_backbone(
             int(model_config.num_layers), int(model_config.num_heads),
-            int(model_config.get("mlp_hidden", 0) or 0) or None,
-            attention_dropout=float(model_config.get("attention_dropout", 0.0)),
-            residual_dropout=float(model_config.get("residual_dropout", 0.0)))
+            int(model_config.mlp_hidden) or None,
+            attention_dropout=float(model_config.attention_dropout),
+            residual_dropout=float(model_config.residual_dropout))
         self.reference = RL.ReferenceBanditModel(
             "headless", int(model_config.d_model), self.embed_dim, backbone,
             prompt=bool(model_config.prompt))

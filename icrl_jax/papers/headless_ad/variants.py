@@ -1,9 +1,8 @@
 """Evaluation over environment variants (action sets, arm counts, reward distributions) and
 training seeds: the Headless-AD paper's Table 1 and figures (`report.kind="variants"`).
 
-An experiment opts in with `config.variants` (name -> dict(env=<env kwargs overrides>,
-actions=<action set name or "">, tasks=test|train, optionally env_name=<another registered env>,
-whose kwargs are then `env` alone)) and `config.report` (label=<row name in tables>,
+An experiment opts in with `config.variants` (name -> the fields of `fields.variant_fields()`
+it changes: env kwargs, action set, tasks, another env) and `config.report` (label=<row name in tables>,
 num_seeds=<training seeds>). Each seed's evaluation goes to `seed_<i>/variants.json`.
 """
 
@@ -23,8 +22,10 @@ from icrl_jax.core import metrics as M
 from icrl_jax.pipeline import run as R
 from icrl_jax.pipeline import train as T
 from icrl_jax.core.distributed import is_main_process
+from icrl_jax.core.errors import UserError
 from icrl_jax.core.registry import REPORTS
 from icrl_jax.methods import build_method
+from icrl_jax.papers.headless_ad.fields import variant_fields
 from icrl_jax.papers.headless_ad.table1 import write_report
 
 
@@ -34,17 +35,29 @@ def actions_used(actions: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
     return np.asarray(tried.sum(-1))
 
 
+def variant_spec(name: str, variant: dict) -> dict[str, Any]:
+    """`variant_fields()` with the entry `variants.<name>`'s own; a `UserError` names a field
+    the schema does not have."""
+    fields = variant_fields()
+    unknown = sorted(set(variant) - set(fields))
+    if unknown:
+        raise UserError(f"config variants.{name} has no field {unknown[0]!r} (fields: "
+                        f"{', '.join(fields)})")
+    return dict(fields, **variant)
+
+
 def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
-    """The model and the baselines on one variant: `score` is the model's final-step score
-    (bandits) or its success (episodic), `arms_used` its distinct actions per rollout."""
-    if variant.get("env_name"):  # another environment: its own kwargs only (Figure 9)
-        env = envs.make(variant["env_name"], **dict(variant.get("env", {})))
+    """The model and the baselines on one variant (`variant_spec`): `score` is the model's
+    final-step score (bandits) or its success (episodic), `arms_used` its distinct actions per
+    rollout."""
+    if variant["env_name"]:  # another environment: its own kwargs only (Figure 9)
+        env = envs.make(variant["env_name"], **dict(variant["env"]))
     else:
-        env = R.build_env(config, **dict(variant.get("env", {})))
+        env = R.build_env(config, **dict(variant["env"]))
     if not method.any_action_count and env.num_actions > R.build_env(config).num_actions:
         return dict(applicable=False)
-    tasks = R.eval_tasks(env, config, variant.get("tasks", "test"),
-                       actions=variant.get("actions") or None, same_count=True)
+    tasks = R.eval_tasks(env, config, variant["tasks"], actions=variant["actions"] or None,
+                         same_count=True)
     model_key, rollout_key = jax.random.split(key)
     results, curves, rollouts = R.rollout_and_score(config, env, method, params, tasks,
                                                   rollout_key, model_key)
@@ -76,7 +89,7 @@ def evaluate_variants(config, params=None) -> dict[str, Any]:
     for i, (name, variant) in enumerate(sorted(config.variants.to_dict().items())):
         start = time.perf_counter()
         key = jax.random.fold_in(jax.random.PRNGKey(config.eval.seed), i)
-        results[name] = evaluate_variant(config, method, params, variant, key)
+        results[name] = evaluate_variant(config, method, params, variant_spec(name, variant), key)
         if results[name]["applicable"]:
             print(f"{config.experiment} seed {config.seed} {name}: score "
                   f"{results[name]['score']:.3f}, arms used {results[name]['arms_used']:.1f} "

@@ -19,7 +19,7 @@ class VQStage:
 
     @staticmethod
     def before_train(config, env, dataset_fn) -> None:
-        if config.get("vq") is not None:
+        if "vq" in config:
             pretrain_vq(config, env, dataset_fn())
 
 

@@ -49,9 +49,10 @@ SUMMARY = "vq.json"
 
 def needs_vq(config) -> bool:
     """Whether the config's model has n-gram layers that match VQ codes."""
-    model = config.get("model")
-    return bool(model is not None and model.get("ngram_positions")
-                and model.get("ngram_match") == "vq")
+    model = config.model
+    # The model of another kind of config (a Decision Transformer's, a language model's) has no
+    # n-gram fields.
+    return "ngram_positions" in model and bool(model.ngram_positions) and model.ngram_match == "vq"
 
 
 def resolve_vq_checkpoint(config, env) -> None:
@@ -63,7 +64,7 @@ def resolve_vq_checkpoint(config, env) -> None:
         raise UserError(f"model.ngram_match='vq' matches the VQ codes of pixel observations; "
                         f"env {config.env.name!r} has none (use 'transition' or 'observation')")
     if not config.model.vq_checkpoint:
-        if config.get("vq") is None:
+        if "vq" not in config:
             raise UserError("model.ngram_match='vq' needs a `vq` section (to pretrain the VQ-VAE) "
                             "or model.vq_checkpoint=DIR of a pretrained one")
         config.model.vq_checkpoint = os.path.join(dataset_path(config, env), "vq")
@@ -116,8 +117,8 @@ def vq_train_config(config) -> ml_collections.ConfigDict:
                       learning_rate=float(vq.learning_rate), warmup_steps=int(vq.warmup_steps),
                       steps_per_call=int(vq.steps_per_call), log_every=int(vq.log_every),
                       checkpoint_every=int(vq.checkpoint_every), weight_decay=0.0,
-                      compute_dtype=config.train.get("compute_dtype", "auto")))
-    train.prefetch = int(config.train.get("prefetch", 2))
+                      compute_dtype=config.train.compute_dtype,
+                      prefetch=int(config.train.prefetch)))
     return train
 
 
@@ -174,7 +175,7 @@ def pretrain_vq(config, env, store, stop_at: int | None = None) -> dict[str, Any
     `model.vq_checkpoint` (or `<dataset>/vq`), unless a finished one is there; returns vq.json's
     content (None when `stop_at` paused the run before `vq.num_steps`)."""
 
-    if config.get("vq") is None:
+    if "vq" not in config:
         raise UserError("this config has no `vq` section (the VQ-VAE to pretrain); the Miniworld "
                         "configs have one (experiments/miniworld/)")
     if not isinstance(store, PixelStore):
@@ -207,7 +208,7 @@ def pretrain_vq(config, env, store, stop_at: int | None = None) -> dict[str, Any
     start = time.perf_counter()
     state = T.train(method, TrainData(example, loader_fn=loader_fn), train_config, path,
                     signature, seed=int(config.seed), show_progress=bool(config.run.progress),
-                    stop_at=stop_at, log=config.get("log"))
+                    stop_at=stop_at, log=config.log)
     seconds = time.perf_counter() - start
     if int(state.step) < int(vq.num_steps):
         return None

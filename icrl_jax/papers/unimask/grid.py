@@ -66,13 +66,13 @@ def _group_configs(config) -> list[tuple[str, ml_collections.ConfigDict, list[st
     budget (`grid.regime_epoch_trajectories`: epochs x trajectories per regime, so that the
     epochs follow the data size) agree share one."""
     groups: dict[str, tuple[ml_collections.ConfigDict, list[str]]] = {}
-    budgets = dict(config.grid.get("regime_epoch_trajectories", {}) or {})
+    budgets = dict(config.grid.regime_epoch_trajectories)
     n = int(config.data.num_train_tasks)
     for regime in config.grid.regimes:
         regime_index(regime)  # an unknown regime fails here, naming the nearest
-        shape = {k: v for k, v in _dotted(config.grid.overrides.get(regime, {})).items()
+        shape = {k: v for k, v in regime_overrides(config, regime).items()
                  if k not in ("model.action_weight", "model.state_weight")}
-        budget = int(budgets.get(regime, config.grid.get("epoch_trajectories", 0)))
+        budget = int(budgets[regime] if regime in budgets else config.grid.epoch_trajectories)
         name = "transformer" + "".join(f"_{k.split('.')[-1]}{v}" for k, v in sorted(shape.items()))
         if regime in budgets:
             name += f"_ep{max(budget // n, 1)}"
@@ -98,11 +98,11 @@ def _epochs_to_steps(cfg) -> None:
     Table 2's batch sizes differ per regime); `grid.epoch_trajectories` > 0 sets the epochs to
     max(it // N, 1). `grid.eval_every_epochs` > 0: validation every that many epochs
     (`grid.eval_every` in steps; `train.steps_per_call` shrinks to divide it)."""
-    budget = int(cfg.grid.get("epoch_trajectories", 0))
+    budget = int(cfg.grid.epoch_trajectories)
     if budget > 0:
         cfg.grid.epochs = max(budget // int(cfg.data.num_train_tasks), 1)
     per_epoch = steps_per_epoch(cfg.data.num_train_tasks, cfg.train.batch_size)
-    every_epochs = int(cfg.grid.get("eval_every_epochs", 0))
+    every_epochs = int(cfg.grid.eval_every_epochs)
     if every_epochs > 0:
         cfg.grid.eval_every = every_epochs * per_epoch
         cfg.train.steps_per_call = int(np.gcd(int(cfg.train.steps_per_call),
@@ -131,11 +131,26 @@ def _dotted(sections) -> dict[str, Any]:
             for field, value in dict(fields).items()}
 
 
+def regime_overrides(config, regime: str) -> dict[str, Any]:
+    """`grid.overrides` of `regime` as {"section.field": value} (none for most regimes)."""
+    overrides = config.grid.overrides
+    return _dotted(overrides[regime]) if regime in overrides else {}
+
+
+def regime_weights(config, regime: str) -> tuple[float, float]:
+    """`regime`'s (action, state) loss weights: its `grid.overrides`, else the model's."""
+    weights = dict(action_weight=config.model.action_weight,
+                   state_weight=config.model.state_weight)
+    weights.update({k.split(".")[1]: v for k, v in regime_overrides(config, regime).items()
+                    if k in ("model.action_weight", "model.state_weight")})
+    return float(weights["action_weight"]), float(weights["state_weight"])
+
+
 def validation_episodes(config, env, method):
     """Held-out trajectories of the data's source (the test tasks), as episodes. With
     `grid.validation_first_task` >= 0 the held-out tasks are the `data.num_test_tasks` ids from
     there (the authors' protocol: the same held-out set for every data size)."""
-    first = int(config.grid.get("validation_first_task", -1))
+    first = int(config.grid.validation_first_task)
     if first >= 0:
         if first < int(config.data.num_train_tasks):
             raise UserError(f"grid.validation_first_task={first} overlaps the "
@@ -247,14 +262,11 @@ def _unflatten(flat: dict[str, np.ndarray]):
 #: The tasks early stopping of ALL and random masking watches (`grid.stop_on`): "authors" (the
 #: authors' trainer: the six tasks other than the two dynamics ones, whose losses keep falling
 #: as the others overfit) or "all" (the eight).
-STOP_ON = ("authors", "all")
 DYNAMICS = ("forward_dynamics", "inverse_dynamics")
 
 
 def watched_tasks(regime: str, stop_on: str = "authors") -> list[bool]:
     """Per evaluation task, whether a replica of `regime` stops early on its loss."""
-    if stop_on not in STOP_ON:
-        raise UserError(f"grid.stop_on must be one of {STOP_ON}, got {stop_on!r}")
     if regime in ("all", "random"):
         return [stop_on == "all" or t not in DYNAMICS for t in TASKS]
     return [t == regime for t in TASKS]
@@ -270,16 +282,16 @@ def _unimask_group(name, config, env, data, validation, regimes, seeds, pretrain
     method = cls(config.model, env, k)  # concrete: evaluation
     replicas = []
     for i, regime in enumerate(regimes):
-        weights = _dotted(config.grid.overrides.get(regime, {}))
+        action_weight, own_state_weight = regime_weights(config, regime)
         replicas.append({
             "model.regime": regime_index(regime),
-            "model.action_weight": weights.get("model.action_weight", config.model.action_weight),
-            "model.state_weight": (weights.get("model.state_weight", config.model.state_weight)
-                                   if state_weight is None else _at(state_weight, i)),
+            "model.action_weight": action_weight,
+            "model.state_weight": (own_state_weight if state_weight is None
+                                   else _at(state_weight, i)),
             **({} if init_from is None else {"model.init_from": init_from[i]}),
             **({} if learning_rate is None else {"train.learning_rate": _at(learning_rate, i)}),
         })
-    stop_on = str(config.grid.get("stop_on", "all"))
+    stop_on = str(config.grid.stop_on)
     watch = [watched_tasks(r, stop_on) for r in regimes]
     return _Group(name, config, data, replicas, seeds,
                   lambda model: cls(model, env, k, pretrained=pretrained),
@@ -345,25 +357,31 @@ def _finetune_groups(config):
     {epoch_trajectories, learning_rate, batch_size, state_weight}} the authors' per-task budgets (a group per
     batch size and budget; the learning rate and state weight are per replica)."""
     grid = config.grid
-    overrides = {t: dict(v) for t, v in dict(grid.get("finetune_overrides", {}) or {}).items()}
+    overrides = {t: dict(v) for t, v in dict(grid.finetune_overrides).items()}
     unknown = set(overrides) - set(TASKS)
     if unknown:
         raise UserError(f"grid.finetune_overrides: unknown tasks {sorted(unknown)}")
     base = ml_collections.ConfigDict(config.to_dict())
-    for dotted, value in _dotted(config.grid.overrides.get("random", {})).items():
+    for dotted, value in regime_overrides(config, "random").items():
         if dotted not in ("model.action_weight", "model.state_weight"):
             section, key = dotted.split(".")
             base[section][key] = value
-    random_weight = _dotted(config.grid.overrides.get("random", {})).get(
-        "model.state_weight", config.model.state_weight)
+    # A task's budget: the fine-tuning's own, the random regime's state weight and batch size
+    # (epoch_trajectories 0: grid.finetune_steps), less what its override gives.
+    defaults = dict(learning_rate=grid.finetune_learning_rate,
+                    state_weight=regime_weights(config, "random")[1],
+                    batch_size=base.train.batch_size, epoch_trajectories=0)
     budget, groups = {}, {}
     for task in TASKS:
-        o = overrides.get(task, {})
-        budget[task] = dict(learning_rate=float(o.get("learning_rate", grid.finetune_learning_rate)),
-                            state_weight=float(o.get("state_weight", random_weight)))
-        batch = int(o.get("batch_size", base.train.batch_size))
-        key = (batch, int(o["epoch_trajectories"])) if "epoch_trajectories" in o else (batch, None)
-        groups.setdefault(key, []).append(task)
+        own = overrides[task] if task in overrides else {}
+        if set(own) - set(defaults):
+            raise UserError(f"grid.finetune_overrides.{task}: unknown fields "
+                            f"{sorted(set(own) - set(defaults))} (fields: {', '.join(defaults)})")
+        o = dict(defaults, **own)
+        budget[task] = dict(learning_rate=float(o["learning_rate"]),
+                            state_weight=float(o["state_weight"]))
+        batch = int(o["batch_size"])
+        groups.setdefault((batch, int(o["epoch_trajectories"]) or None), []).append(task)
     out = []
     for (batch, budget_et), tasks in groups.items():
         cfg = ml_collections.ConfigDict(base.to_dict())
@@ -376,7 +394,7 @@ def _finetune_groups(config):
             name = "finetune"
         else:
             cfg.grid.epoch_trajectories = budget_et
-            cfg.grid.eval_every_epochs = int(grid.get("eval_every_epochs", 0))
+            cfg.grid.eval_every_epochs = int(grid.eval_every_epochs)
             if cfg.grid.eval_every_epochs <= 0:
                 cfg.grid.eval_every = int(grid.finetune_eval_every)
             _epochs_to_steps(cfg)
@@ -390,7 +408,7 @@ def _finetune_groups(config):
 def run_grid(config, dataset, env) -> dict[str, Any]:
     """Train the grid (resuming), write the heatmaps (or, with `grid.evaluate="returns"`, the
     returns table of `run_returns`); returns what it wrote to JSON."""
-    if config.grid.get("evaluate", "heatmap") == "returns":
+    if config.grid.evaluate == "returns":
         return run_returns(config, dataset, env)
     grid = config.grid
     cls = method_class(config.method)
@@ -400,9 +418,9 @@ def run_grid(config, dataset, env) -> dict[str, Any]:
     validation = validation_episodes(config, env, base)
     num_seeds = int(grid.num_seeds)
     seeds = [int(config.seed) + s for s in range(num_seeds)]
-    tuned = int(grid.get("finetune_seeds", 0)) or num_seeds  # fine-tuned seeds per task
+    tuned = int(grid.finetune_seeds) or num_seeds  # fine-tuned seeds per task
     tuned_seeds = [int(config.seed) + s for s in range(tuned)]
-    from_own = grid.get("finetune_from", "own") != "seed0"
+    from_own = grid.finetune_from == "own"
     if grid.finetune and from_own and tuned > num_seeds:
         raise UserError(f"grid.finetune_seeds={tuned} with grid.finetune_from='own': at most "
                         f"grid.num_seeds={num_seeds} (each seed fine-tunes its own model)")

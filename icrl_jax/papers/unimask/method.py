@@ -39,15 +39,13 @@ from icrl_jax.data.trajectories import (Trajectories, episodes_from_history, ful
 from icrl_jax.core.errors import UserError
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
+from icrl_jax.papers.unimask.fields import unimask_model_config
 from icrl_jax.papers.unimask.masks import (Mask, REGIMES, TASKS, check_snippet_len,
                                            evaluation_masks, regime_index, sample_batch_masks,
                                            task_set)
 from icrl_jax.models.dropout import Dropout
 from icrl_jax.models.transformer import Transformer
 from icrl_jax.models.compiled import Compiled
-
-BACKBONES = ("transformer", "mlp")
-
 
 class UniMaskNet(nn.Module):
     """Snippet `(B, k)` tokens -> (state outputs `(B, k, state_out)`, action outputs
@@ -144,8 +142,8 @@ class UniMask(Method):
     @classmethod
     def signature(cls, config, env) -> dict:
         # Named only when not the default, so that earlier checkpoints still restore.
-        defaults = {"inverse_dynamics_index": "ours", "input_embedding": "linear"}
-        named = {k: config.model.get(k, d) for k, d in defaults.items()}
+        defaults = unimask_model_config()
+        named = {k: config.model[k] for k in ("inverse_dynamics_index", "input_embedding")}
         return dict(super().signature(config, env), backbone=config.model.backbone,
                     snippet_len=int(config.train.seq_len),
                     **{k: v for k, v in named.items() if v != defaults[k]})
@@ -154,9 +152,6 @@ class UniMask(Method):
         if env.continuous_actions != (not env.discrete_observations):
             raise UserError("unimask models discrete states and actions (DoorKey) or continuous "
                             f"ones (the point maze), not a mix ({type(env).__name__})")
-        if model_config.backbone not in BACKBONES:
-            raise UserError(f"model.backbone must be one of {BACKBONES}, "
-                            f"got {model_config.backbone!r}")
         regime = model_config.regime
         self.regime = regime_index(regime) if isinstance(regime, str) else regime
         self.snippet_len = int(snippet_len)
@@ -174,19 +169,12 @@ class UniMask(Method):
         self.action_weight = model_config.action_weight
         self.state_weight = model_config.state_weight
         self.pretrained = pretrained
-        self.init_from = model_config.get("init_from", 0)
-        self.all_per = str(model_config.get("all_per", "snippet"))
-        self.tasks = task_set(str(model_config.get("inverse_dynamics_index", "ours")))
-        self.rtg_encoding = str(model_config.get("rtg_encoding", "scalar"))
-        self.rtg_low = int(model_config.get("rtg_low", -6))
-        self.rtg_high = int(model_config.get("rtg_high", 10))
-        if self.rtg_encoding not in ("scalar", "onehot") or self.rtg_high < self.rtg_low:
-            raise UserError(f"model.rtg_encoding must be 'scalar' or 'onehot' (with model.rtg_low "
-                            f"<= model.rtg_high), got {self.rtg_encoding!r}, "
-                            f"{self.rtg_low}..{self.rtg_high}")
-        positions = str(model_config.get("positions", "learned"))
-        if positions not in ("learned", "sinusoidal"):
-            raise UserError(f"model.positions must be 'learned' or 'sinusoidal', got {positions!r}")
+        self.init_from = model_config.init_from
+        self.all_per = str(model_config.all_per)
+        self.tasks = task_set(str(model_config.inverse_dynamics_index))
+        self.rtg_encoding = str(model_config.rtg_encoding)
+        self.rtg_low, self.rtg_high = int(model_config.rtg_low), int(model_config.rtg_high)
+        positions = str(model_config.positions)
         backbone = None
         if model_config.backbone == "transformer":
             backbone = Transformer.from_config(
@@ -196,9 +184,8 @@ class UniMask(Method):
                                 backbone, int(model_config.mlp_layers),
                                 int(model_config.mlp_width), model_config.residual_dropout,
                                 sinusoidal=positions == "sinusoidal",
-                                mask_flags=bool(model_config.get("mask_flags", True)),
-                                relu_embedding=model_config.get("input_embedding",
-                                                                "linear") == "relu_scaled")
+                                mask_flags=bool(model_config.mask_flags),
+                                relu_embedding=model_config.input_embedding == "relu_scaled")
         self.model = Compiled(self.model)  # eager init / apply: one program each
 
     # -- data -------------------------------------------------------------------------------
@@ -340,10 +327,10 @@ class UniMask(Method):
         `eval.target_returns`, reward-conditioned policies (`model@<R>`) that also see the
         return-to-go tuple (R, 0) on the first step."""
         out = {"model_bc": ParamSource(SnippetPolicy(self), params, name="model_bc")}
-        if config.eval.get("goal_conditioned", False):
+        if config.eval.goal_conditioned:
             out["model_goal"] = ParamSource(SnippetPolicy(self, goal_observation=env.goal_observation),
                                             params, name="model_goal")
-        targets = tuple(config.eval.get("target_returns", ()))
+        targets = tuple(config.eval.target_returns)
         regime = config.model.regime
         if targets and regime not in self.RTG_REGIMES:
             raise UserError(f"eval.target_returns asks for return-to-go conditioning, but "
