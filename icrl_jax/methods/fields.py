@@ -54,7 +54,6 @@ AD_CONSTRAINTS = V.declare("ad", (
     V.positive_int("model.encoder_pool", 1), V.non_negative_int("model.encoder_dim", 0),
 ))
 
-def ad_config(method: str = "ad") -> ml_collections.ConfigDict:
 def ad_model_config() -> ml_collections.ConfigDict:
     """The `model` section of an AD-family method: the shared transformer's fields and AD's."""
     config = default_transformer_config()
@@ -62,6 +61,7 @@ def ad_model_config() -> ml_collections.ConfigDict:
     return config
 
 
+def ad_config(method: str = "ad") -> ml_collections.ConfigDict:
     """`base_config()` for an in-context method of the AD family: `config.method = method` and
     AD's model fields."""
     config = base_config()
@@ -97,10 +97,3 @@ DT_CONSTRAINTS = V.declare("dt", (
     V.positive("model.embed_norm_epsilon", 1e-6),
     V.number("model.return_conditioned", 1.0),
 ))
-    # DT evaluates one policy per target return (model.timestep_encoding marks DT's configs).
-    V.Constraint(("eval.target_returns", "model.timestep_encoding"), "",
-                 lambda targets, _: isinstance(targets, (tuple, list)) and len(targets) > 0
-                 and all(V.is_number(t) for t in targets), "",
-                 message=lambda targets, _: f"config eval.target_returns={targets!r} must be a "
-                 f"non-empty tuple of returns to condition on (one evaluation policy each); e.g. "
-                 f"--config.eval.target_returns='(1.0,)'"),
