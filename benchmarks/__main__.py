@@ -19,6 +19,9 @@ SUITES = {
                     "the device check: training tokens/s and MFU (fp32, bf16) of three models, in-context "
                     "evaluation at 4k-1M envs, every JAX env at 65k envs, history generation",
                     "<= 10 min on one GPU; a few minutes with --tiny on a CPU"),
+    "gpu_attention": ("benchmarks.gpu_attention", "the accelerator suite's slow or failing training rows with "
+                      "model.attention_impl forced (cudnn, dense, blockwise, pallas): speed, compile time and "
+                      "the attention kernels that ran", "<= 200 s on one GPU; about a minute with --tiny on a CPU"),
     "envs": ("benchmarks.bench_envs", "env steps/s of our envs beside gymnax's bandit, 1-65,536 envs",
              "minutes on a CPU (--quick: 10x fewer steps)"),
     "eval_scaling": ("benchmarks.bench_eval_scaling",

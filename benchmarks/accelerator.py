@@ -390,22 +390,35 @@ def one_line(error: BaseException | str) -> str:
 # --- the parent: budgets, children, the files ------------------------------------------------
 
 class Suite:
-    """The rows, their results so far, and the JSON / Markdown files they are written to."""
+    """The rows, their results so far, and the JSON / Markdown files they are written to. Other
+    suites on this machinery (`gpu_attention.py`) subclass it: their name, child module, files,
+    budgets and table."""
+
+    name, module, json_name, table_name = "accelerator", "benchmarks.accelerator", JSON_NAME, TABLE_NAME
 
     def __init__(self, args, rows: list[Row]):
         self.args, self.rows = args, rows
         self.results: dict[str, dict] = {}
         self.started = time.time()
-        self.meta = dict(suite="accelerator", tiny=args.tiny, command=" ".join(
-            ["python -m benchmarks accelerator", *args.argv]), budget_s=args.budget,
+        self.lock = threading.Lock()  # groups may run in threads of their own
+        self.meta = dict(suite=self.name, tiny=args.tiny, command=" ".join(
+            [f"python -m benchmarks {self.name}", *args.argv]), budget_s=args.budget,
             started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             host_cpu=harness.cpu_model(), host_cores=os.cpu_count())
 
+    def row_budget(self, row: Row) -> float:
+        return TINY_BUDGET_S if self.args.tiny else row.budget_s
+
+    def child_command(self, names: list[str], budgets: dict[str, float]) -> list[str]:
+        return [sys.executable, "-m", self.module, "--child", ",".join(names), "--budgets",
+                json.dumps(budgets)] + (["--tiny"] if self.args.tiny else [])
+
     def record(self, name: str, result: dict) -> None:
         row = next(r for r in self.rows if r.name == name)
-        self.results[name] = dict(result, name=name, what=row.what)
-        self.report(name)
-        self.write()
+        with self.lock:
+            self.results[name] = dict(result, name=name, what=row.what)
+            self.report(name)
+            self.write()
 
     def report(self, name: str) -> None:
         r = self.results[name]
@@ -429,8 +442,8 @@ class Suite:
                         elapsed_s=time.time() - self.started,
                         rows=[self.results[r.name] for r in self.rows if r.name in self.results],
                         waiting=[r.name for r in self.rows if r.name not in self.results])
-        _atomic_write(os.path.join(self.args.out, JSON_NAME), json.dumps(document, indent=1) + "\n")
-        _atomic_write(os.path.join(self.args.out, TABLE_NAME), self.section(document))
+        _atomic_write(os.path.join(self.args.out, self.json_name), json.dumps(document, indent=1) + "\n")
+        _atomic_write(os.path.join(self.args.out, self.table_name), self.section(document))
 
     def section(self, document: dict) -> str:
         device = document["device"]
@@ -494,14 +507,13 @@ def _atomic_write(path: str, text: str) -> None:
 def run_group(suite: Suite, names: list[str], deadline: float) -> None:
     """Measure `names` in child processes: one child for the group, a new one after a row that
     killed it or was killed for passing its budget."""
-    budgets = {r.name: (TINY_BUDGET_S if suite.args.tiny else r.budget_s) for r in suite.rows}
+    budgets = {r.name: suite.row_budget(r) for r in suite.rows}
     while names:
         if time.time() >= deadline:
             for name in names:
                 suite.record(name, dict(status="skipped", error="the suite's time budget was spent"))
             return
-        command = [sys.executable, "-m", "benchmarks.accelerator", "--child", ",".join(names),
-                   "--budgets", json.dumps({n: budgets[n] for n in names})] + (["--tiny"] if suite.args.tiny else [])
+        command = suite.child_command(names, {n: budgets[n] for n in names})
         with tempfile.TemporaryFile("w+") as stderr:
             process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                        start_new_session=True, cwd=harness.ROOT,

@@ -49,3 +49,56 @@ def test_accelerator_tiny_measures_every_row(tmp_path):
     assert result["device"]["platform"] == "cpu"
     table = (tmp_path / "accelerator.md").read_text()
     assert table.startswith("## Accelerator suite") and all(f"| {name} |" in table for name in expected)
+
+
+def test_gpu_attention_rows_use_the_accelerator_suites_models(monkeypatch):
+    """Each diagnostic row trains what the accelerator suite's row of its model and precision
+    trains: the same experiment config (tiny and full size), steps a call and AD sizes."""
+    from benchmarks import accelerator, gpu_attention, training
+
+    class Captured(Exception):
+        pass
+
+    def capture(*args, **kwargs):
+        raise Captured(args, kwargs)
+
+    monkeypatch.setattr(training, "measure_experiment", capture)
+    monkeypatch.setattr(training, "measure_ad", capture)
+    specs = {(s.model, s.precision) for s in gpu_attention.SPECS}
+    assert specs == {("main_job", "bf16"), ("main_job", "fp32"), ("xland_4096", "fp32"),
+                     ("xland_4096", "bf16"), ("headless_ad_paper", "bf16")}
+    for tiny in (True, False):
+        for model, precision in specs:
+            row = "ad_xland_size_4096" if model == "xland_4096" else model
+            try:
+                accelerator.measure_training(f"train/{row}/{precision}", tiny, 60.0)
+            except Captured as e:
+                args, kwargs = e.args
+            steps = gpu_attention.steps_per_call(model, tiny)
+            assert kwargs["steps_per_call"] == steps, (model, tiny)
+            if model == "xland_4096":
+                assert tuple(args[:5]) == gpu_attention.xland_sizes(tiny) and args[5] == precision
+            else:
+                config = args[0]
+                config.train.steps_per_call = steps
+                expected = gpu_attention.experiment_config(model, precision, tiny)
+                expected.train.steps_per_call = steps
+                assert config.to_dict() == expected.to_dict(), (model, precision, tiny)
+
+
+def test_gpu_attention_probe_counts_the_kernels_that_ran(monkeypatch):
+    import jax
+    import numpy as np
+
+    from benchmarks.gpu_attention import AttentionProbe
+    from icrl_jax.models import attention
+    for name in AttentionProbe.KERNELS:  # put back after the test
+        monkeypatch.setattr(attention, name, getattr(attention, name))
+    probe = AttentionProbe()
+    q = jax.numpy.asarray(np.random.default_rng(0).standard_normal((1, 8, 2, 4)), jax.numpy.float32)
+    mask = np.tril(np.ones((8, 8), bool))[None, None]
+    attention.dot_product_attention(q, q, q, mask, causal_from=0, implementation="dense")
+    attention.dot_product_attention(q, q, q, mask, causal_from=0, implementation="blockwise")
+    attention.dot_product_attention(q, q, q, mask, causal_from=0, implementation="blockwise")
+    assert probe.take() == "blockwise x2, dense x1"
+    assert probe.take() == "none"
