@@ -144,19 +144,6 @@ class AD(InContextMethod):
     display_name = "AD"
 
     @classmethod
-    def variant_name(cls, config) -> str:
-        """AD, or "AD + n-gram" when the model has n-gram layers."""
-        return cls.display_name + " + n-gram" * bool(config.model.get("ngram_positions"))
-
-    @classmethod
-    def signature(cls, config, env):
-        """The base signature, plus the fingerprint of n-gram ids built from files (the VQ
-        codes' parameters): a checkpoint trained on other codes is another model."""
-        signature = super().signature(config, env)
-        fingerprint = getattr(config_ngram_ids(config.model), "fingerprint", None)
-        return signature if fingerprint is None else dict(signature, ngram_ids=fingerprint)
-
-    @classmethod
     def from_config(cls, config, env, model_config) -> "AD":
         return cls(model_config, env.num_actions,
                    None if env.pixels else env.num_observations, grid_size_of(config, env))

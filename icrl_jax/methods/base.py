@@ -22,6 +22,7 @@ import abc
 from typing import Any, ClassVar
 
 from icrl_jax.data.train_data import TrainData
+from icrl_jax.models.features import feature_label, feature_signature
 from icrl_jax.models.transformer import Transformer
 
 
@@ -54,7 +55,8 @@ class Method(abc.ABC):
         return dict(method=cls.name, env=config.env.name,
                     num_actions=None if cls.any_action_count else env.num_actions,
                     num_observations=env.num_observations,
-                    **{f"model.{k}": v for k, v in backbone.items()})
+                    **{f"model.{k}": v for k, v in backbone.items()},
+                    **feature_signature(config.model))
 
     @classmethod
     def label(cls, config) -> str:
@@ -63,9 +65,9 @@ class Method(abc.ABC):
 
     @classmethod
     def variant_name(cls, config) -> str:
-        """The method's name with its configured variant marked (default: the name alone)."""
-        del config
-        return cls.display_name or cls.name
+        """The method's name with its configured variant marked (default: the name and the
+        model features it uses, e.g. "AD + n-gram")."""
+        return (cls.display_name or cls.name) + feature_label(config.model)
 
     #: `trainable(params) -> pytree of bool`: which parameters the optimiser updates (None: all).
     trainable: ClassVar[Any] = None

@@ -28,13 +28,6 @@ def ad_model_fields() -> dict:
         # Add each step's episode return so far (a learned vector times it) to its token; on
         # Key-to-Door that is the key flag, which the observation hides and the context shows.
         episode_returns=False,
-        # N-gram layers (enabled by model.ngram_positions): which step ids they match.
-        # transition | observation | observation_return (the cell and the episode's reward so
-        # far, e.g. Key-to-Door's key flag) | vq | a registered id fn
-        ngram_match="transition",
-        # ngram_match="vq": directory of the pretrained VQ-VAE (config.json + model.safetensors);
-        # "" = <dataset>/vq, pretrained there first by `train` when the config has a `vq` section.
-        vq_checkpoint="",
         # Pixel observations: "cnn" embeds frames with a strided CNN (`models/encoders.py`) of
         # `encoder_channels`, pooled by `encoder_pool`, to `encoder_dim` features (0 = d_model).
         observation_encoder="none",
@@ -48,7 +41,6 @@ def ad_model_fields() -> dict:
 AD_CONSTRAINTS = V.declare("ad", (
     V.fraction("model.label_smoothing", 0.0), V.boolean("model.grid_observations"),
     V.boolean("model.episode_starts"), V.boolean("model.episode_returns"),
-    V.string("model.ngram_match", "transition"), V.string("model.vq_checkpoint"),
     V.choice("model.observation_encoder", ("none", "cnn")),
     V.int_tuple("model.encoder_channels", "'(32, 64, 64)'", nonempty=True),
     V.positive_int("model.encoder_pool", 1), V.non_negative_int("model.encoder_dim", 0),

@@ -18,6 +18,12 @@ def ngram_model_fields() -> dict:
         ngram_max=1,
         ngram_shuffle=False,  # ablation: matches moved to random causal keys
         ngram_latest=False,  # read only the most recent match (not all matches uniformly)
+        # Which step ids they match: transition | observation | observation_return (the cell
+        # and the episode's reward so far, e.g. Key-to-Door's key flag) | vq | a registered id fn
+        ngram_match="transition",
+        # ngram_match="vq": directory of the pretrained VQ-VAE (config.json + model.safetensors);
+        # "" = <dataset>/vq, pretrained there first by `train` when the config has a `vq` section.
+        vq_checkpoint="",
     )
 
 
@@ -25,7 +31,8 @@ def ngram_model_fields() -> dict:
 NGRAM_CONSTRAINTS = V.declare("ngram", (
     V.int_tuple("model.ngram_positions", "'(1,)'", minimum=0),
     V.positive_int("model.ngram_max", 1), V.boolean("model.ngram_shuffle"),
-    V.boolean("model.ngram_latest"),
+    V.boolean("model.ngram_latest"), V.string("model.ngram_match", "transition"),
+    V.string("model.vq_checkpoint"),
     V.relation(("model.ngram_positions", "model.num_layers"),
                "each of model.ngram_positions must be at most model.num_layers (a layer goes "
                "after that many blocks)",

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax.models.encoders import vq_ids_from_config
+from icrl_jax.models.features import FEATURES
 
 #: window (a `StepWindows`, or anything with its fields) -> int32 `(B, L)` or `(B, L, K)` ids.
 NGramIds = Callable[..., jax.Array]
@@ -113,6 +114,28 @@ def config_ngram_ids(model_config) -> NGramIds | None:
     if name in NGRAM_ID_FACTORIES:
         return NGRAM_ID_FACTORIES[name](model_config)
     return get_ngram_ids(name)
+
+
+class NGramFeature:
+    """The n-gram layers as a model feature (`models/features.py`): " + n-gram" in the labels of
+    models that have them, and in checkpoint signatures the fingerprint of ids built from files
+    (the VQ codes' parameters: a checkpoint trained on other codes is another model)."""
+
+    @staticmethod
+    def label(model_config) -> str:
+        # Only the configs of methods that declare the n-gram fields (the AD family) have them.
+        has = "ngram_positions" in model_config and bool(model_config.ngram_positions)
+        return " + n-gram" if has else ""
+
+    @staticmethod
+    def signature(model_config) -> dict:
+        if "ngram_positions" not in model_config:
+            return {}
+        fingerprint = getattr(config_ngram_ids(model_config), "fingerprint", None)
+        return {} if fingerprint is None else {"ngram_ids": fingerprint}
+
+
+FEATURES.register("ngram", NGramFeature())
 
 
 def token_equality(ids: jax.Array) -> jax.Array:
@@ -290,6 +313,7 @@ def ngram_weights(ids: jax.Array, ngram_max: int, shuffle: bool = False,
 __all__: Sequence[str] = ("NGramIds", "observation_ids", "transition_ids",
                           "observation_return_ids", "register_ngram_ids",
                           "register_ngram_ids_factory", "get_ngram_ids", "config_ngram_ids",
+                          "NGramFeature",
                           "token_equality", "ngram_pattern", "ngram_pattern_rows",
                           "shuffle_pattern", "ngram_attention", "NGramHead", "NGramLayer",
                           "ngram_weights", "latest_match", "LatestMatch", "read_matches")
