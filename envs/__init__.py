@@ -1,12 +1,16 @@
 """JAX-native in-context RL environments and their registry.
 
-`make(name, **kwargs)` builds an environment by name; the kwargs go to its constructor.
+`make(name, **kwargs)` builds an environment by name; the kwargs go to its constructor. Each
+constructor declares what its kwargs take (`KWARGS`, beside it); registering it declares them
+for `env.kwargs` (`core.validation.kwargs_of`), so a bad one is refused before anything is built.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 
+from icrl_jax.core import validation as V
 from icrl_jax.core.extras import defer_import
 
 # gymnax's Pong imports seaborn (and with it pandas and scipy.stats) at module level, for its
@@ -40,6 +44,24 @@ SIMULATOR_PACKAGES = {
     "miniworld_darkroom": ("miniworld",), "miniworld_key_to_door": ("miniworld",),
     "vizdoom": ("vizdoom",),
 }
+
+
+def constructor_kwargs(constructor) -> tuple:
+    """The declared kwargs (`KWARGS`) of a registered constructor; for a `functools.partial`,
+    those its bound arguments leave to `env.kwargs`."""
+    if not isinstance(constructor, functools.partial):
+        return tuple(constructor.KWARGS)
+    params = list(inspect.signature(constructor.func).parameters)
+    bound = set(params[:len(constructor.args)]) | set(constructor.keywords)
+    return tuple(c for c in constructor.func.KWARGS if not set(c.keys) & bound)
+
+
+def register(name: str, constructor, needs: tuple[str, ...] = ()) -> None:
+    """Register an environment constructor under `name`, with what its kwargs take."""
+    REGISTRY.register(name, constructor, needs=needs)
+    V.kwargs_of("env", name, constructor_kwargs(constructor))
+
+
 for _name, _constructor in {
     "bernoulli_bandit": BernoulliBandit,
     "contextual_bandit": ContextualBandit,
@@ -62,10 +84,10 @@ for _name, _constructor in {
     "miniworld_key_to_door": functools.partial(MiniworldRoom, "key_to_door"),
     "vizdoom": ViZDoom,
 }.items():
-    REGISTRY.register(_name, _constructor, needs=SIMULATOR_PACKAGES.get(_name, ()))
+    register(_name, _constructor, needs=SIMULATOR_PACKAGES.get(_name, ()))
 # XLand-MiniGrid and MiniGrid through xminigrid, under xminigrid's own ids (envs/xland.py).
 for _name in XMINIGRID_IDS:
-    REGISTRY.register(_name, functools.partial(XLandMiniGrid, _name), needs=("xminigrid",))
+    register(_name, functools.partial(XLandMiniGrid, _name), needs=("xminigrid",))
 
 
 def make(name: str, **kwargs) -> EnvSpec:
@@ -73,12 +95,15 @@ def make(name: str, **kwargs) -> EnvSpec:
     constructor = REGISTRY.get(name)
     try:
         return constructor(**kwargs)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # what the declared kwargs cannot say (a set's size)
+        if isinstance(e, UserError):
+            raise
         raise UserError(f"bad env.kwargs for environment {name!r}: {e}") from e
 
 
 __all__ = [
-    "REGISTRY", "make", "BANDIT", "EPISODIC", "REGRET", "RETURNS", "EnvSpec", "HostEnv",
+    "REGISTRY", "make", "register", "constructor_kwargs",
+    "BANDIT", "EPISODIC", "REGRET", "RETURNS", "EnvSpec", "HostEnv",
     "Locomotion", "Hopper", "Walker2d", "HalfCheetah", "GymMujoco", "PointMaze", "DoorKey", "MiniworldRoom",
     "ViZDoom", "ICRLEnv", "InvalidActionError", "check_actions", "stack_params",
     "BernoulliBandit", "ContextualBandit", "DarkRoom", "CompositeDarkRoom", "KeyToDoor",

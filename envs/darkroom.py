@@ -34,6 +34,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from icrl_jax.core import validation as V
 from icrl_jax.envs.base import ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids
 
@@ -166,6 +167,10 @@ class DarkRoom(_Grid):
       cell_px: pixels per cell side in the image.
     Tasks: id t in [0, size**2 - 1) -> goal cell t, skipping the centre (80 tasks on 9x9).
     """
+
+    #: What `env.kwargs` take (checked before anything is built; core/validation.py).
+    KWARGS = (V.integer("size", 9, minimum=2), V.positive_int("episode_length", 50),
+              V.boolean("pixels"), V.positive_int("cell_px", 1))
 
     def __init__(self, size: int = 9, episode_length: int = 50, pixels: bool = False,
                  cell_px: int = 1):
@@ -307,6 +312,17 @@ class CompositeDarkRoom(_Grid):
 
     composite_actions = True
 
+    #: What `env.kwargs` take; `actions` is None (all 5**k), a named set (`action_sets`) or
+    #: composite ids, checked against `max_actions` when the env is built.
+    KWARGS = (V.integer("size", 9, minimum=2), V.integer("k", 3, minimum=1, maximum=4),
+              V.positive_int("episode_length", 20), V.optional(V.positive_int("max_actions", 125)),
+              V.integer("action_split_seed", 0), V.choice("action_split", ACTION_SPLITS),
+              V.Constraint(("actions",), "must be None, the name of an action set or a tuple of "
+                           "composite action ids >= 0",
+                           lambda v: v is None or isinstance(v, str) or (
+                               isinstance(v, (tuple, list)) and all(
+                                   V.is_int(a) and a >= 0 for a in v)), "None"))
+
     def __init__(self, size: int = 9, k: int = 3, episode_length: int = 20,
                  max_actions: int | None = None, action_split_seed: int = 0,
                  actions: str | Sequence[int] | None = None, action_split: str = "random"):
@@ -342,17 +358,18 @@ class CompositeDarkRoom(_Grid):
         if actions is None:
             actions = self.default_actions
         if actions is None:
-            return np.arange(len(self.all_actions), dtype=np.int32)
-        if isinstance(actions, str):
+            ids = np.arange(len(self.all_actions), dtype=np.int32)
+        elif isinstance(actions, str):
             sets = self.action_sets()
             if actions not in sets:
                 raise ValueError(f"unknown action set {actions!r}; valid: {list(sets)}")
-            return sets[actions]
-        ids = np.asarray(actions, dtype=np.int32).reshape(-1)
-        if ids.size > self.max_actions:
+            ids = sets[actions]
+        else:
+            ids = np.asarray(actions, dtype=np.int32).reshape(-1)
+            if ids.size and (ids.min() < 0 or ids.max() >= len(self.all_actions)):
+                raise ValueError(f"composite action ids must lie in [0, {len(self.all_actions)})")
+        if ids.size > self.max_actions:  # the padded action axis holds every action of the set
             raise ValueError(f"{ids.size} actions exceed max_actions={self.max_actions}")
-        if ids.size and (ids.min() < 0 or ids.max() >= len(self.all_actions)):
-            raise ValueError(f"composite action ids must lie in [0, {len(self.all_actions)})")
         return ids
 
     def action_set_arrays(self, actions=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -455,6 +472,9 @@ class KeyToDoor(_Grid):
     key_flag = True
 
     STARTS = ("random", "centre")
+
+    KWARGS = (V.integer("size", 9, minimum=2), V.positive_int("episode_length", 50),
+              V.choice("start", ("random", "centre")))
 
     def __init__(self, size: int = 9, episode_length: int = 50, start: str = "random"):
         super().__init__(size, episode_length)

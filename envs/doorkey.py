@@ -43,6 +43,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from icrl_jax.core import validation as V
 from icrl_jax.core.errors import UserError
 from icrl_jax.envs.base import ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids
@@ -154,6 +155,10 @@ class DoorKey(ICRLEnv):
     num_observations = NUM_CELLS * NUM_CELLS
     observation_shape = ()
     grid_size = None  # ids are (agent, key) pairs, not grid cells
+
+    #: What `env.kwargs` take (checked before anything is built; core/validation.py).
+    KWARGS = (V.positive_int("episode_length", 10), V.boolean("terminate_at_goal"),
+              V.choice("expert_walls", EXPERT_WALLS))
 
     def __init__(self, episode_length: int = 10, terminate_at_goal: bool = True,
                  expert_walls: str = "blocked_zero"):

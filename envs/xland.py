@@ -28,6 +28,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from icrl_jax.core import validation as V
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.extras import import_extra
 from icrl_jax.envs.base import ICRLEnv
@@ -92,6 +93,10 @@ class XLandMiniGrid(ICRLEnv):
     """
 
     goal_terminates = True  # termination is reaching the goal
+    #: What `env.kwargs` take (core/validation.py; `env_id` is the registered name's).
+    KWARGS = (V.choice("env_id", ENV_IDS), V.string("benchmark", "trivial"),
+              V.positive_int("num_rulesets", 1000), V.integer("ruleset_seed", 0),
+              V.non_negative_int("max_steps", 0))
 
     def __init__(self, env_id: str = "XLand-MiniGrid-R1-9x9", benchmark: str = "trivial",
                  num_rulesets: int = 1000, ruleset_seed: int = 0, max_steps: int = 0):

@@ -25,11 +25,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CONFIGS = experiment_configs()
 IDS = [f"{path}:{preset}" for path, preset, _ in CONFIGS]
-#: Single-field constraints, by key (a key may have several: a method's and a paper's).
+#: Single-field constraints, by key (a key may have several: a method's and a paper's); the
+#: constructor arguments of parts (`when`: for one env or source) are tests/test_fuzz_inputs.py's.
 FIELD_RULES = {}
 for _, group in V.CONSTRAINTS.items():
     for _c in group:
-        if len(_c.keys) == 1 and not _c.needs:
+        if len(_c.keys) == 1 and not _c.needs and not _c.when:
             FIELD_RULES.setdefault(_c.keys[0], []).append(_c.rule)
 #: (config index, key) for every constrained field each config has.
 CASES = [(i, key) for i, (_, _, config) in enumerate(CONFIGS) for key in sorted(FIELD_RULES)

@@ -35,6 +35,7 @@ from functools import cached_property
 import jax
 import jax.numpy as jnp
 
+from icrl_jax.core import validation as V
 from icrl_jax.envs.continuous.locomotion import EPISODE_LENGTH, LocomotionEnv
 
 
@@ -184,6 +185,10 @@ class GymMujoco(LocomotionEnv):
         return data, reward, terminated, {"x_velocity": x_velocity.astype(jnp.float32)}
 
 
+#: What `env.kwargs` of the MJX tasks take (core/validation.py).
+KWARGS = (V.positive_int("episode_length", EPISODE_LENGTH),)
+
+
 def HopperV5(**kwargs) -> GymMujoco:  # noqa: N802 - registry constructors
     return GymMujoco("hopper_v5", **kwargs)
 
@@ -194,3 +199,6 @@ def Walker2dV5(**kwargs) -> GymMujoco:  # noqa: N802
 
 def HalfCheetahV5(**kwargs) -> GymMujoco:  # noqa: N802
     return GymMujoco("halfcheetah_v5", **kwargs)
+
+
+HopperV5.KWARGS = Walker2dV5.KWARGS = HalfCheetahV5.KWARGS = KWARGS

@@ -15,6 +15,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from icrl_jax.core import validation as V
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.extras import MissingExtraError, require_extra
 from icrl_jax.envs.base import EnvSpec
@@ -83,6 +84,10 @@ class MiniworldRoom(HostEnv):
     num_actions = 3
     observation_shape = (64, 64, 3)
 
+    #: What `env.kwargs` take (core/validation.py).
+    KWARGS = (V.choice("layout", ("darkroom", "key_to_door")),
+              V.positive_int("episode_length", 50))
+
     def __init__(self, layout: str = "darkroom", episode_length: int = 50):
         if layout not in ("darkroom", "key_to_door"):
             raise UserError(f"env.kwargs.layout must be 'darkroom' or 'key_to_door' (Miniworld), "
@@ -116,6 +121,9 @@ class ViZDoom(HostEnv):
     actions given to the bridge as components; see `envs/host/vizdoom.py`."""
 
     num_tasks = 1
+
+    #: What `env.kwargs` take (core/validation.py; the scenarios of envs/host/vizdoom.py).
+    KWARGS = (V.choice("scenario", ("deadly_corridor", "my_way_home")),)
 
     def __init__(self, scenario: str = "my_way_home"):
         require_extra("vizdoom", "the ViZDoom simulator")

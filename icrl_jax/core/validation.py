@@ -8,6 +8,12 @@ each paper's in its `fields.py`; each module registers its constraints as one na
 are). A constraint applies to a config that has all its keys; a config without them (another
 method's fields) is not checked by it.
 
+The constructor arguments of registered parts are declared the same way, beside the part:
+`kwargs_of("env", "darkroom", (integer("size", 9, minimum=2), ...))` checks `env.kwargs.size`
+of configs whose `env.name` is "darkroom" (a constraint's `when`), and refuses an argument the
+part does not take, naming those it does; `kwargs_of("source", ...)` does the same for
+`data.source_kwargs`. `no_effect` names a setting that the rest of the config ignores.
+
 `validate(config)` checks them all and raises `ConfigValueError` (a `UserError`: one line and
 exit status 2 on the command line) for the first one broken, naming the key, its value, the
 rule and a valid example: ``config train.batch_size=-4 must be a positive integer; e.g.
@@ -34,8 +40,8 @@ class ConfigValueError(UserError):
 
 #: name -> tuple of `Constraint`s: the groups declared beside the fields (`declare`).
 CONSTRAINTS = Registry("config constraint group",
-                       modules=("icrl_jax.core.config", "icrl_jax.models.fields",
-                                "icrl_jax.methods.fields"))
+                       modules=("icrl_jax.core.config", "icrl_jax.envs", "icrl_jax.data.sources",
+                                "icrl_jax.models.fields", "icrl_jax.methods.fields"))
 
 _MISSING = object()
 
@@ -48,26 +54,30 @@ class Constraint:
     `example` is a valid value of the
     key (or `example(value)` gives one), or, for a relation, `example(*values) -> "key=value"`:
     a setting that satisfies it. `needs`: "" (the config alone), "env" (`check(env, *values)`: the built environment) or
-    "devices" (`check(num_devices, *values)`)."""
+    "devices" (`check(num_devices, *values)`). `when`: `(key, value)` pairs the config must
+    have for the constraint to apply (a part's arguments: `(("env.name", "darkroom"),)`).
+    `message(*args)`, where given, is the whole error message."""
 
     keys: tuple[str, ...]
     rule: Any
     check: Callable[..., bool]
     example: Any
     needs: str = ""
+    when: tuple[tuple[str, Any], ...] = ()
+    message: Callable[..., str] | None = None
 
     def values(self, config) -> tuple | None:
-        """The values of `keys` in `config`; None when it lacks one of them."""
+        """The values of `keys` in `config`; None when it lacks one of them, or `when` does not
+        hold."""
+        for dotted, expected in self.when:
+            found = _value(config, dotted)
+            if found is _MISSING or found != expected:
+                return None
         out = []
         for dotted in self.keys:
-            node = config
-            for part in dotted.split("."):
-                try:
-                    node = node[part] if part in node else _MISSING
-                except TypeError:  # a value where a section was expected
-                    node = _MISSING
-                if node is _MISSING:
-                    return None
+            node = _value(config, dotted)
+            if node is _MISSING:
+                return None
             out.append(node)
         return tuple(out)
 
@@ -83,6 +93,8 @@ class Constraint:
             ok = False
         if ok:
             return None
+        if self.message is not None:
+            return self.message(*args)
         rule = self.rule(*args) if callable(self.rule) else self.rule
         if len(self.keys) == 1 and not self.needs:
             example = self.example(*values) if callable(self.example) else self.example
@@ -92,6 +104,19 @@ class Constraint:
         example = self.example(*args) if callable(self.example) else \
             f"{self.keys[0]}={self.example}"
         return f"config {shown}: {rule}; e.g. --config.{example}"
+
+
+def _value(config, dotted: str) -> Any:
+    """`config`'s value at `dotted`, or `_MISSING`."""
+    node = config
+    for part in dotted.split("."):
+        try:
+            node = node[part] if part in node else _MISSING
+        except TypeError:  # a value where a section was expected
+            node = _MISSING
+        if node is _MISSING:
+            return _MISSING
+    return node
 
 
 def _show(value: Any) -> str:
@@ -245,7 +270,113 @@ def relation(keys: Sequence[str], rule: Any, check: Callable[..., bool],
     return Constraint(tuple(keys), rule, check, example, needs)
 
 
-__all__ = ["CONSTRAINTS", "ConfigValueError", "Constraint", "boolean", "choice",
-           "constrained_keys", "declare", "fraction", "int_tuple", "integer", "is_int",
-           "is_number", "non_negative", "non_negative_int", "number", "positive",
-           "positive_int", "relation", "string", "subset", "validate"]
+def optional(constraint: Constraint) -> Constraint:
+    """`constraint`, or None (a constructor argument whose None means "the default")."""
+    inner = constraint.check
+    rule = constraint.rule
+    return dataclasses.replace(
+        constraint, check=lambda v: v is None or inner(v),
+        rule=f"{rule.replace('must be ', 'must be None or ', 1)}" if isinstance(rule, str)
+        else rule)
+
+
+def pair(key: str, example: str, minimum: int = 1) -> Constraint:
+    """An integer >= `minimum`, or a (low, high) pair of them with low <= high (a range drawn
+    per task, e.g. a bandit's arm count)."""
+    def check(v):
+        if is_int(v):
+            return v >= minimum
+        return (isinstance(v, (tuple, list)) and len(v) == 2 and all(is_int(x) for x in v)
+                and minimum <= v[0] <= v[1])
+    return Constraint((key,), f"must be an integer >= {minimum} or a pair (low, high) of them "
+                      f"with low <= high", check, example)
+
+
+#: A registered part's name and arguments in a config: (its name's key, its kwargs' key).
+PARTS = {"env": ("env.name", "env.kwargs"), "source": ("data.source", "data.source_kwargs")}
+_PART_NAMES = {"env": "environment", "source": "source"}
+
+
+def env_requirement(rule: str, check: Callable[[Any], bool]) -> Constraint:
+    """What a part needs of the environment it is used with (`kwargs_of`): `check(env)` on the
+    built env; `rule` says what ("needs discrete observations")."""
+    return Constraint((), rule, check, "", needs="env")
+
+
+def kwargs_of(part: str, name: str, constraints: Iterable[Constraint]) -> tuple[Constraint, ...]:
+    """Register what the constructor arguments of the `part` ("env" or "source") registered as
+    `name` take: `constraints` are written with the argument names as keys ("size", or both
+    arguments of a relation) and apply to the config's `env.kwargs.<argument>` (or
+    `data.source_kwargs.<argument>`) when its `env.name` (`data.source`) is `name`; a dotted
+    key ("data.num_steps") is the config's own, and `env_requirement`s say what the part needs
+    of the env. An argument that none of them names is refused, naming those it takes. Returns
+    the registered group."""
+    name_key, kwargs_key = PARTS[part]
+    when = ((name_key, name),)
+    constraints = tuple(constraints)
+    rebased = []
+    for c in constraints:
+        keys = tuple(k if "." in k else f"{kwargs_key}.{k}" for k in c.keys)
+        message = c.message
+        if not c.keys and message is None:
+            message = (lambda rule: lambda env: f"config {name_key}={name!r} {rule}; "
+                       f"{type(env).__name__} is not one")(c.rule)
+        check = c.check
+        if part == "source" and c.needs == "env":  # a host simulator acts with its own oracle
+            check = (lambda inner: lambda env, *values: env.host or inner(env, *values))(check)
+        rebased.append(dataclasses.replace(c, keys=keys, when=when, message=message, check=check,
+                                           example=_rebased_example(c, kwargs_key)))
+    takes = sorted({k for c in constraints for k in c.keys if "." not in k})
+
+    def unknown_message(kwargs):
+        unknown = sorted(set(kwargs) - set(takes))[0]
+        close = difflib.get_close_matches(unknown, takes, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return (f"config {kwargs_key}.{unknown} is not an argument of {_PART_NAMES[part]} "
+                f"{name!r}{hint} (its arguments: {', '.join(takes) or 'none'})")
+
+    rebased.append(Constraint((kwargs_key,), "", lambda kwargs: set(kwargs) <= set(takes), "",
+                              when=when, message=unknown_message))
+    return declare(f"{part}:{name}", rebased)
+
+
+def _rebased_example(constraint: Constraint, kwargs_key: str) -> Any:
+    """A relation's example names its keys in full ("env.kwargs.max_arms=20")."""
+    if (len(constraint.keys) == 1 and not constraint.needs) or not callable(constraint.example):
+        return constraint.example
+
+    def example(*args):
+        text = constraint.example(*args)
+        return text if "." in text.split("=", 1)[0] else f"{kwargs_key}.{text}"
+    return example
+
+
+def declared_kwargs(part: str, name: str) -> list[str] | None:
+    """The constructor arguments declared for `part` `name` (`kwargs_of`), None if none are."""
+    group = dict(CONSTRAINTS.items()).get(f"{part}:{name}")
+    if group is None:
+        return None
+    prefix = PARTS[part][1] + "."
+    return sorted({k[len(prefix):] for c in group for k in c.keys if k.startswith(prefix)})
+
+
+def no_effect(key: str, default: Any, when: tuple[tuple[str, Any], ...] | Callable[..., bool],
+              reason: str, needs: Sequence[str] = ()) -> Constraint:
+    """A setting that has no effect in some configs: refused when it is not `default` and
+    `when` holds (`(key, value)` pairs, or `when(*values of needs)`), saying why (`reason`:
+    "with data.builder='minari'")."""
+    if callable(when):
+        return Constraint((key, *needs), "", lambda value, *others: value == default or
+                          not when(*others), "", message=lambda value, *others:
+                          f"config {key}={_show(value)} has no effect {reason}; leave it at "
+                          f"{default!r}")
+    return Constraint((key,), "", lambda value: value == default, "", when=tuple(when),
+                      message=lambda value: f"config {key}={_show(value)} has no effect {reason}; "
+                      f"leave it at {default!r}")
+
+
+__all__ = ["CONSTRAINTS", "ConfigValueError", "Constraint", "PARTS", "boolean", "choice",
+           "constrained_keys", "declare", "declared_kwargs", "env_requirement", "fraction", "int_tuple", "integer",
+           "is_int", "is_number", "kwargs_of", "no_effect", "non_negative", "non_negative_int",
+           "number", "optional", "pair", "positive", "positive_int", "relation", "string",
+           "subset", "validate"]

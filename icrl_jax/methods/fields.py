@@ -88,4 +88,11 @@ DT_CONSTRAINTS = V.declare("dt", (
     V.positive_int("model.cnn_kernel", 4), V.positive_int("model.obs_pool", 1),
     V.positive("model.embed_norm_epsilon", 1e-6),
     V.number("model.return_conditioned", 1.0),
+    # DT evaluates one policy per target return (model.timestep_encoding marks DT's configs).
+    V.Constraint(("eval.target_returns", "model.timestep_encoding"), "",
+                 lambda targets, _: isinstance(targets, (tuple, list)) and len(targets) > 0
+                 and all(V.is_number(t) for t in targets), "",
+                 message=lambda targets, _: f"config eval.target_returns={targets!r} must be a "
+                 f"non-empty tuple of returns to condition on (one evaluation policy each); e.g. "
+                 f"--config.eval.target_returns='(1.0,)'"),
 ))

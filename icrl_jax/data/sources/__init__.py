@@ -18,11 +18,13 @@ done). Schedules (epsilon decay) keep their own counters in `S`.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, NamedTuple
 
 import flax.struct
 import jax
 
+from icrl_jax.core import validation as V
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.registry import Registry
 
@@ -112,6 +114,25 @@ for _name, _builder in {
 }.items():
     SOURCES.register(_name, _builder)
 
+#: The module declaring each source's `data.source_kwargs` (its `KWARGS`, beside the source).
+_DECLARED_IN = {"thompson_sampling": "thompson", "linucb": "linucb", "q_learning": "q_learning",
+                "noisy_oracle": "noisy_oracle", "episode_replay": "episode_replay",
+                "grid_explorer": "grid_explorer", "waypoint": "waypoint",
+                "noisy_rational": "noisy_rational", "ppo": "ppo"}
+for _name in SOURCES._parts:
+    _module = _DECLARED_IN.get(_name)
+    V.kwargs_of("source", _name, () if _module is None else
+                importlib.import_module(f"icrl_jax.data.sources.{_module}").KWARGS)
+V.kwargs_of("source", "noisy_expert",
+            importlib.import_module("icrl_jax.data.sources.noisy_oracle").EXPERT_KWARGS)
+
+
+def register(name: str, builder: Callable, kwargs: tuple = ()) -> None:
+    """Register a source `builder(env, num_steps, kwargs)` under `name`, with what its
+    `data.source_kwargs` take (`core.validation.kwargs_of`; none by default)."""
+    SOURCES.register(name, builder)
+    V.kwargs_of("source", name, kwargs)
+
 
 def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
     """The source `name` for `env` and histories of `num_steps` steps. On a host simulator the
@@ -121,12 +142,14 @@ def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
     builder = SOURCES.get(name)
     try:
         return builder(env, num_steps, dict(kwargs))
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # what the declared kwargs cannot say
+        if isinstance(e, UserError):
+            raise
         raise UserError(f"bad data.source_kwargs for source {name!r}: {e}") from e
 
 
 __all__ = [
-    "SOURCES", "build_source", "Source", "ParamSource", "Transition", "thompson_sampling",
+    "SOURCES", "build_source", "register", "Source", "ParamSource", "Transition", "thompson_sampling",
     "sample_beta", "BETA_SAMPLERS", "linucb", "q_learning", "noisy_oracle", "episode_replay",
     "grid_explorer", "grid_oracle_action", "uniform_random", "masked_uniform_action",
     "noisy_expert", "waypoint_controller", "train_ppo", "ppo_policy", "ppo_source",
