@@ -148,15 +148,20 @@ def test_round_block():
 
 
 def test_the_implementation_is_picked_by_length_and_by_the_override():
+    """Where no fused kernel applies (attention dropout: none has it), "auto" is dense below
+    the threshold and blockwise from it on; the overrides are taken as they are, or refused
+    in one line where they do not apply."""
     q = jnp.zeros((1, 64, 2, 8))
     mask = AttentionMask(causal_from=0)
-    assert choose_implementation(q, q, mask, None, None, "auto", blockwise_from=65) == "dense"
-    assert choose_implementation(q, q, mask, None, None, "auto", blockwise_from=64) == \
-        ("blockwise" if jax.default_backend() == "cpu" else
-         choose_implementation(q, q, mask, None, None, "auto", blockwise_from=64))
+    dropout = AttentionDropout.from_key(jax.random.PRNGKey(0), 0.1)
+    assert choose_implementation(q, q, mask, dropout, None, "auto", blockwise_from=65) == "dense"
+    assert choose_implementation(q, q, mask, dropout, None, "auto", blockwise_from=64) == \
+        "blockwise"
+    if jax.default_backend() == "cpu":
+        assert choose_implementation(q, q, mask, None, None, "auto", blockwise_from=64) == \
+            "blockwise"
     assert choose_implementation(q, q, mask, None, None, "blockwise") == "blockwise"
     assert choose_implementation(q, q, mask, None, None, "dense", blockwise_from=1) == "dense"
-    dropout = AttentionDropout.from_key(jax.random.PRNGKey(0), 0.1)
     with pytest.raises(ValueError, match="attention_impl='pallas'.*no attention dropout"):
         choose_implementation(q, q, mask, dropout, None, "pallas")
     if jax.default_backend() == "cpu":
@@ -204,6 +209,9 @@ def test_pallas_refuses_what_it_cannot_compute():
     with pytest.raises(ValueError, match="no padding or explicit masks"):
         pallas_attention(q, q, q, AttentionMask(key_valid=jnp.ones((1, 16), bool)), "tpu",
                          interpret=True)
+    # Compiled for a GPU (not interpreted), float32 is refused: its backward pass does not fit.
+    with pytest.raises(ValueError, match="16-bit inputs"):
+        pallas_attention(q, q, q, AttentionMask(causal_from=0), "gpu", interpret=False)
 
 
 def test_transformer_takes_blockwise_attention_from_the_threshold_on():

@@ -212,7 +212,9 @@ def choose_implementation(q: jax.Array, k: jax.Array, mask: AttentionMask,
         raise ValueError(f"model.attention_impl must be one of {IMPLEMENTATIONS}, "
                          f"got {implementation!r}")
     kernel = pallas_kernel()
-    pallas_reason = pallas_applies(mask, q.shape[1], k.shape[1], dropout, alibi, kernel)
+    interpret = jax.default_backend() == "cpu"
+    pallas_reason = pallas_applies(mask, q.shape[1], k.shape[1], dropout, alibi, kernel,
+                                   None if interpret else q.dtype)
     if implementation == "cudnn":
         reason = cudnn_applies(q, dropout, alibi)
         if reason:

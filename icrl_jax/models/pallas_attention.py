@@ -1,7 +1,8 @@
 """JAX's own Pallas flash-attention kernels, where they compute what our attention computes.
 
 - GPU: `jax.experimental.pallas.ops.gpu.attention.mha` (Triton): causal or full attention, no
-  padding mask (its segment ids mask queries and keys alike), no dropout, no bias.
+  padding mask (its segment ids mask queries and keys alike), no dropout, no bias, 16-bit
+  inputs (in float32 its backward pass asks an H200 for more shared memory than a block has).
 - TPU: splash attention (`jax.experimental.pallas.ops.tpu.splash_attention`): any structured
   mask without padded keys (causal after a bidirectional prefix, sliding windows), given to the
   kernel as a static mask so that it skips the blocks the mask removes; no dropout, no bias.
@@ -33,8 +34,9 @@ def pallas_kernel() -> str:
 
 
 def pallas_applies(mask: AttentionMask, num_queries: int, num_keys: int, dropout, alibi,
-                   kernel: str) -> str | None:
-    """None where the `kernel` ("gpu" or "tpu") computes this attention, else why not."""
+                   kernel: str, dtype=None) -> str | None:
+    """None where the `kernel` ("gpu" or "tpu") computes this attention, else why not. `dtype`:
+    the inputs' on a GPU (None: interpret mode, which has no shared-memory limit)."""
     if dropout is not None:
         return "it has no attention dropout"
     if alibi is not None:
@@ -46,6 +48,8 @@ def pallas_applies(mask: AttentionMask, num_queries: int, num_keys: int, dropout
             return "the GPU kernel is causal or full, without a prefix or a window"
         if num_queries != num_keys:
             return "the GPU kernel needs as many keys as queries"
+        if dtype is not None and jnp.dtype(dtype).itemsize > 2:
+            return "the GPU kernel's backward pass needs 16-bit inputs (bfloat16 or float16)"
     elif kernel != "tpu":
         raise ValueError(f"Pallas kernels are 'gpu' or 'tpu', got {kernel!r}")
     return None
@@ -58,7 +62,8 @@ def pallas_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMa
     `interpret`: Pallas' interpret mode (None: on the CPU)."""
     kernel = kernel or pallas_kernel()
     interpret = jax.default_backend() == "cpu" if interpret is None else interpret
-    reason = pallas_applies(mask, q.shape[1], k.shape[1], None, None, kernel)
+    reason = pallas_applies(mask, q.shape[1], k.shape[1], None, None, kernel,
+                            None if interpret else q.dtype)
     if reason is not None:
         raise ValueError(f"the Pallas {kernel} kernel does not apply: {reason}")
     if kernel == "gpu":
