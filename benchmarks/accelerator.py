@@ -580,20 +580,25 @@ def select_rows(only: list[str] | None, tiny: bool = False) -> list[Row]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m benchmarks accelerator",
-                                     description=__doc__.split("\n\n")[0])
+def suite_parser(suite: str, description: str, budget_s: float, files: tuple[str, str]) -> argparse.ArgumentParser:
+    """The options every suite on this machinery takes (its children's hidden ones included)."""
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks {suite}", description=description)
     parser.add_argument("--tiny", action="store_true", help="every size shrunk: about a minute on a CPU")
     parser.add_argument("--device", choices=("cpu", "gpu", "tpu"), help="the JAX platform (default: JAX's)")
-    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "icrl_jax_accelerator"),
-                        help="folder for accelerator.json and accelerator.md")
-    parser.add_argument("--budget", type=float, default=SUITE_BUDGET_S, help="seconds for the whole suite")
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), f"icrl_jax_{suite}"),
+                        help=f"folder for {files[0]} and {files[1]}")
+    parser.add_argument("--budget", type=float, default=budget_s, help="seconds for the whole suite")
     parser.add_argument("--only", nargs="+", help="only rows whose names start with these")
     parser.add_argument("--list", action="store_true", help="list the rows and their budgets")
     parser.add_argument("--write", action="store_true", help="also write the table into benchmarks/RESULTS.md")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--budgets", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = suite_parser("accelerator", __doc__.split("\n\n")[0], SUITE_BUDGET_S, (JSON_NAME, TABLE_NAME))
     args = parser.parse_args(argv)
     args.argv = argv
     harness.choose_device(args.device)

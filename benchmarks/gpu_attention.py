@@ -38,7 +38,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -381,19 +380,9 @@ class AttentionSuite(accelerator.Suite):
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m benchmarks gpu_attention",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="every model shrunk: about a minute on a CPU")
-    parser.add_argument("--device", choices=("cpu", "gpu", "tpu"), help="the JAX platform (default: JAX's)")
-    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "icrl_jax_gpu_attention"),
-                        help="folder for gpu_attention.json and gpu_attention.md")
-    parser.add_argument("--budget", type=float, default=SUITE_BUDGET_S, help="seconds for the whole suite")
-    parser.add_argument("--only", nargs="+", help="only rows whose names start with these")
+    parser = accelerator.suite_parser("gpu_attention", __doc__.split("\n\n")[0], SUITE_BUDGET_S,
+                                      (JSON_NAME, TABLE_NAME))
     parser.add_argument("--serial", action="store_true", help="one group after another, not side by side")
-    parser.add_argument("--list", action="store_true", help="list the rows and their budgets")
-    parser.add_argument("--write", action="store_true", help="also write the table into benchmarks/RESULTS.md")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--budgets", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--lock", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
