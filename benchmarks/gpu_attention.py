@@ -85,7 +85,6 @@ SPECS = [
     Spec("main_job", "fp32", "dense", 40, "the fp32 reference (auto's choice in fp32)"),
     Spec("xland_4096", "fp32", "blockwise", 60, "does fp32 at 4,096 tokens compile and run blockwise?"),
     Spec("xland_4096", "fp32", "dense", 75, "dense fp32 at 4,096 tokens: fits, how fast?"),
-    Spec("xland_4096", "fp32", "pallas", 45, "is the Pallas kernel (auto's fp32 choice) the shared-memory failure?"),
     Spec("xland_4096", "bf16", "cudnn", 45, "cuDNN at 4,096 tokens: the accelerator row's 28% MFU again"),
     Spec("xland_4096", "bf16", "blockwise", 60, "blockwise bf16 against cuDNN"),
     Spec("xland_4096", "bf16", "pallas", 45, "the Pallas kernel in bf16 against cuDNN"),
