@@ -142,10 +142,11 @@ def synthetic_windows(num_actions: int = 5, num_obs: int = 81, n: int = 256, t: 
 
 def measure_ad(layers: int, d_model: int, heads: int, batch: int, context: int, precision: str = "fp32",
                calls: int = 1, rounds: int = 5, budget_s: float | None = None, steps_per_call: int = 10,
-               histories: int = 256) -> dict:
+               histories: int = 256, model: dict | None = None) -> dict:
     """An AD transformer of the given size (the shared transformer's defaults otherwise, so the
-    attention implementation is whatever they select) on 81 observations and 5 actions, trained
-    on `synthetic_windows` of `context` steps, one token a step."""
+    attention implementation is whatever they select; `model`: other `model` fields, such as
+    `position` or `attention_impl`) on 81 observations and 5 actions, trained on
+    `synthetic_windows` of `context` steps, one token a step."""
     from icrl_jax.core.config import default_train_config
     from icrl_jax.data.dataset import sample_windows
     from icrl_jax.data.train_data import on_device
@@ -155,7 +156,7 @@ def measure_ad(layers: int, d_model: int, heads: int, batch: int, context: int, 
 
     config = ad_model_config()
     config.update(dict(num_layers=layers, d_model=d_model, num_heads=heads, max_len=context,
-                       label_smoothing=0.0))
+                       label_smoothing=0.0, **(model or {})))
     train_config = default_train_config()
     train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=context,
                              steps_per_call=steps_per_call, compute_dtype=precision))

@@ -29,9 +29,6 @@ from icrl_jax.models.ngram import NGramLayer, ngram_weights
 from icrl_jax.core.config import default_transformer_config  # noqa: F401 (re-export)
 
 POSITION_KINDS = ("learned", "rotary", "alibi", "none")
-#: Positions that enter only as distances between tokens: a token's keys and values do not
-#: depend on its offset in the context, so a ring of key/value slots decodes exactly.
-RELATIVE_POSITIONS = ("rotary", "alibi", "none")
 
 #: The feed-forward's nonlinearity (`Transformer.activation`): GPT-2's tanh GELU (the default),
 #: the exact erf GELU, CLIP's text encoder's x * sigmoid(1.702 x), and ReLU (torch's
@@ -180,7 +177,7 @@ class Transformer(nn.Module):
     num_heads: int
     mlp_ratio: int = 4
     pre_norm: bool = True
-    position: str = "learned"
+    position: str = "learned"  # POSITION_KINDS: learned | rotary | alibi (`alibi.py`) | none
     max_len: int = 256
     embedding_dropout: float = 0.0
     residual_dropout: float = 0.0
