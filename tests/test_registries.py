@@ -52,7 +52,7 @@ TINY = {"model.d_model": 16, "model.num_layers": 1, "model.num_heads": 2,
         "train.log_every": 2, "train.checkpoint_every": 2, "train.warmup_steps": 1,
         "data.num_train_tasks": 4, "data.num_test_tasks": 2, "data.histories_per_task": 1,
         "eval.num_envs_per_task": 1, "eval.baselines": ("random",), "eval.every": 0,
-        "run.progress": False, "env.num_workers": 0}
+        "run.progress": False}
 
 
 def cheapest_config(method: str):

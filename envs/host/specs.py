@@ -36,6 +36,8 @@ class HostEnv(EnvSpec, abc.ABC):
     has_oracle = True
     #: Shape of one action as the simulator takes it (() for an index).
     action_shape: tuple[int, ...] = ()
+    #: Simulator processes per pool (`env.kwargs.num_workers`; 0: one per task row rolled out).
+    num_workers: int = 0
 
     def action_mask(self, params: Any) -> jnp.ndarray:
         del params  # every action is available in every task
@@ -86,14 +88,15 @@ class MiniworldRoom(HostEnv):
 
     #: What `env.kwargs` take (core/validation.py).
     KWARGS = (V.choice("layout", ("darkroom", "key_to_door")),
-              V.positive_int("episode_length", 50))
+              V.positive_int("episode_length", 50), V.non_negative_int("num_workers", 8))
 
-    def __init__(self, layout: str = "darkroom", episode_length: int = 50):
+    def __init__(self, layout: str = "darkroom", episode_length: int = 50, num_workers: int = 0):
         if layout not in ("darkroom", "key_to_door"):
             raise UserError(f"env.kwargs.layout must be 'darkroom' or 'key_to_door' (Miniworld), "
                             f"got {layout!r}")
         require_extra("miniworld", "the Miniworld simulator")
         self.layout, self.episode_length = layout, int(episode_length)
+        self.num_workers = int(num_workers)
 
     def tasks(self) -> np.ndarray:
         from icrl_jax.envs.host import miniworld as mw
@@ -123,14 +126,16 @@ class ViZDoom(HostEnv):
     num_tasks = 1
 
     #: What `env.kwargs` take (core/validation.py; the scenarios of envs/host/vizdoom.py).
-    KWARGS = (V.choice("scenario", ("deadly_corridor", "my_way_home")),)
+    KWARGS = (V.choice("scenario", ("deadly_corridor", "my_way_home")),
+              V.non_negative_int("num_workers", 8))
 
-    def __init__(self, scenario: str = "my_way_home"):
+    def __init__(self, scenario: str = "my_way_home", num_workers: int = 0):
         require_extra("vizdoom", "the ViZDoom simulator")
         from icrl_jax.envs.host import vizdoom as vd
         if scenario not in vd.SCENARIOS:
             raise UserError(f"env.kwargs.scenario must be one of {vd.SCENARIOS}, got {scenario!r}")
         self.scenario = scenario
+        self.num_workers = int(num_workers)
         self.observation_shape = tuple(vd.OBS_SHAPE)
         self._action_dims = tuple(int(d) for d in vd.action_nvec(scenario))
         self.num_actions = int(np.prod(self._action_dims))

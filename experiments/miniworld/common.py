@@ -31,7 +31,7 @@ def miniworld_config(experiment: str, env_name: str, episode_length: int):
     config.experiment = experiment
     config.env.name = env_name
     config.env.kwargs.episode_length = episode_length
-    config.env.num_workers = 8  # simulator processes per pool
+    config.env.kwargs.num_workers = 8  # simulator processes per pool
     config.data.source = "noisy_oracle"
     config.data.source_kwargs.eps_start = 1.0
     config.data.source_kwargs.eps_end = 0.0

@@ -176,10 +176,7 @@ def base_config() -> ml_collections.ConfigDict:
     config.workdir = ""  # default: runs/<experiment>_<preset>
     config.method = ""  # a registered method (e.g. "ad"); "" for configs of other kinds
 
-    config.env = ml_collections.ConfigDict(dict(
-        name="", kwargs=ml_collections.ConfigDict(),
-        num_workers=0,  # host simulators: worker processes per pool (0 = the env's default)
-    ))
+    config.env = ml_collections.ConfigDict(dict(name="", kwargs=ml_collections.ConfigDict()))
     config.data = ml_collections.ConfigDict(dict(
         source="",
         source_kwargs=ml_collections.ConfigDict(),
@@ -221,8 +218,8 @@ def base_config() -> ml_collections.ConfigDict:
         # Variant scores average the last `final_window` steps (bandits: expected regret) or
         # episodes (episodic tasks: return); 1 = the Headless-AD paper's scores.
         final_window=1,
-        # Policies evaluated next to the model: the data's source, uniform random, and the
-        # privileged expert (envs that have one).
+        # Policies evaluated next to the model (registered in data/baselines.py): the data's
+        # source, uniform random, and the privileged expert (envs that have one).
         baselines=("source", "random", "expert"),
     ))
     # `icrl-jax report --config`: the registered report `kind` (core.registry.REPORTS), the
@@ -267,7 +264,7 @@ def _task_counts_example(total: int, train: int, test: int) -> str:
 BASE_CONSTRAINTS = V.declare("base", (
     V.string("experiment", "my_experiment"), V.string("preset", "quick"), V.integer("seed", 0),
     V.string("workdir", "runs/my_run"), V.string("method", "ad"),
-    V.string("env.name", "my_env"), V.non_negative_int("env.num_workers", 0),
+    V.string("env.name", "my_env"),
     V.string("data.source"), V.positive_int("data.num_train_tasks", 60),
     V.non_negative_int("data.num_test_tasks", 20), V.positive_int("data.histories_per_task", 1),
     V.positive_int("data.num_steps", 1000), V.integer("data.split_seed", 0),
@@ -279,7 +276,6 @@ BASE_CONSTRAINTS = V.declare("base", (
     V.non_negative_int("eval.context_caches", 0), V.integer("eval.seed", 1),
     V.choice("eval.tasks", ("test", "train")), V.non_negative_int("eval.chunk_size", 0),
     V.non_negative_int("eval.every", 0), V.positive_int("eval.final_window", 1),
-    V.subset("eval.baselines", ("source", "random", "expert"), "\"('source', 'random')\""),
     V.string("report.kind", "seeds"), V.positive_int("report.num_seeds", 1),
     V.string("report.label"),
     V.boolean("run.generate"), V.boolean("run.evaluate"), V.boolean("run.progress"),

@@ -41,6 +41,7 @@ class ConfigValueError(UserError):
 #: name -> tuple of `Constraint`s: the groups declared beside the fields (`declare`).
 CONSTRAINTS = Registry("config constraint group",
                        modules=("icrl_jax.core.config", "icrl_jax.envs", "icrl_jax.data.sources",
+                                "icrl_jax.data.baselines",
                                 "icrl_jax.models.fields", "icrl_jax.methods.fields"))
 
 _MISSING = object()

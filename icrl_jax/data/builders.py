@@ -145,7 +145,6 @@ class Histories(Builder):
         start = time.perf_counter()
         out = run_policies(env, {"source": source}, tasks, num_steps,
                            jax.random.PRNGKey(config.seed), seed=int(config.seed),
-                           workers=int(config.env.get("num_workers", 0)) or None,
                            show_progress=config.run.progress, keep_observations=True)["source"]
         with PixelStoreWriter(path, tuple(env.observation_shape), (),
                               chunk_steps=config.data.chunk_steps) as writer:

@@ -88,7 +88,8 @@ def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.
 
     Args:
       env: a JAX `ICRLEnv` (then `tasks` are batched EnvParams, leading axis N) or a `HostEnv`
-        (then `tasks` are N task rows, run in pools of `workers` simulators, default all).
+        (then `tasks` are N task rows, run in pools of `workers` simulators: default the env's
+        `num_workers`, else all).
       policies: name -> `Source` / `ParamSource` (or, on host envs, a bridge `HostPolicy`).
       key: shared by every policy; seed: the simulators' reset seed (host envs).
       chunk_size: most envs per jitted call on JAX envs (None: all at once): memory grows
@@ -105,7 +106,8 @@ def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.
     """
     if env.host:
         return _run_on_host(env, policies, np.asarray(tasks), num_steps, key, seed,
-                            workers or len(tasks), show_progress, keep_observations)
+                            workers or env.num_workers or len(tasks), show_progress,
+                            keep_observations)
     ids = np.arange(jax.tree.leaves(tasks)[0].shape[0])
     out = {}
     for name, policy in policies.items():
@@ -129,7 +131,7 @@ def run_policies(env, policies: dict[str, Any], tasks, num_steps: int, key: jax.
 def _run_on_host(env, policies, tasks, num_steps, key, seed, workers, show_progress,
                  keep_observations):
     if workers < 1:
-        raise ValueError(f"env.num_workers must be >= 1, got {workers}")
+        raise ValueError(f"a pool of simulators needs at least one worker, got {workers}")
     parts: dict[str, list] = {name: [] for name in policies}
     # Built once: each policy's rollout is compiled once and reused by every group.
     host_policies = {name: _as_host_policy(policy, env) for name, policy in policies.items()}

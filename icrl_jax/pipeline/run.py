@@ -42,7 +42,7 @@ from icrl_jax.core.plots import plot_curves
 from icrl_jax.core.registry import COMMANDS, HOOKS, REPORTS
 from icrl_jax.core.validation import validate
 from icrl_jax.core.workdir_lock import hold, refuse_if_in_use
-from icrl_jax.data import sources as S
+from icrl_jax.data.baselines import baseline_policies
 from icrl_jax.data.builders import (Rows, dataset_returns, generate, num_rows, open_dataset,
                                     reference_scores, share_dataset, task_split)
 from icrl_jax.data.minari_io import normalized_score
@@ -241,24 +241,6 @@ def eval_tasks(env, config, which: str = "", actions: str | None = None, same_co
     return env.task_params(ids, actions=actions) if actions else env.task_params(ids)
 
 
-def baseline_policies(config, env) -> dict[str, Any]:
-    """`eval.baselines` of {"source" (the data's source), "random", "expert" (the privileged
-    expert, where the env has one)}."""
-    policies = {}
-    for name in config.eval.baselines:
-        if name == "source":
-            policies[name] = S.build_source(config.data.source, env, config.eval.num_steps,
-                                            config.data.source_kwargs.to_dict())
-        elif name == "random":
-            policies[name] = S.uniform_random(env.action_dim if env.continuous_actions else 0)
-        elif name == "expert":
-            if env.has_oracle and not env.host:
-                policies[name] = S.noisy_oracle(env, config.eval.num_steps, 0.0, 0.0)
-        else:
-            raise UserError(f"unknown eval.baselines entry {name!r} (source, random, expert)")
-    return policies
-
-
 def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
     """Roll out the method's policies and the baselines on `tasks` with one key; returns
     (results, curves, rollouts). `model_key` draws per-evaluation parameters (`eval_params`)."""
@@ -268,7 +250,6 @@ def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
     num_steps = int(config.eval.num_steps)
     rollouts = run_policies(env, policies, tasks, num_steps, key, seed=10_000 + config.eval.seed,
                             chunk_size=config.eval.chunk_size or None,
-                            workers=int(config.env.get("num_workers", 0)) or None,
                             show_progress=config.run.progress,
                             # final policy states only for a method whose analysis reads them
                             keep_state=type(method).write_analysis is not Method.write_analysis)

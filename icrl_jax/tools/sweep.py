@@ -42,7 +42,7 @@ from icrl_jax.pipeline import train as T
 from icrl_jax.core.config import finalize, set_dotted
 from icrl_jax.data.builders import open_dataset, task_split
 from icrl_jax.data.rollout import run_policies
-from icrl_jax.data.sources import build_source, uniform_random
+from icrl_jax.data.baselines import BASELINES
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.registry import COMMANDS, Command
@@ -161,7 +161,8 @@ def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
 def _check_fingerprint(config) -> None:
     """Refuse to extend results written under a different config (anything but the number of
     assignments, the replicas per program, and run/workdir bookkeeping changes results)."""
-    ignored = ("sweep.num_assignments", "sweep.max_replicas", "workdir", "preset", "data.path")
+    ignored = ("sweep.num_assignments", "sweep.max_replicas", "workdir", "preset", "data.path",
+               "env.num_workers")  # a field of earlier configs, which changed no result
     # Config keys added after sweeps were written: absent from an old file = their default.
     added = {"data.subsample": 1, "train.compute_dtype": "auto", "model.norm_epsilon": 1e-6,
              "model.activation": "gelu_tanh", "train.prefetch": 2}
@@ -200,9 +201,8 @@ def _baselines(config, env, test_ids) -> dict[str, float]:
             saved = json.load(f)
         if saved.get("metric_version") == METRIC_VERSION:
             return saved
-    policies = {"source": build_source(config.data.source, env, config.eval.num_steps,
-                                       config.data.source_kwargs.to_dict()),
-                "random": uniform_random()}
+    # The two policies the normalised score is anchored to (core/metrics.py).
+    policies = {name: BASELINES.get(name)(config, env) for name in ("source", "random")}
     out = {k: v for k, v in _rollout_scores(config, env, policies, test_ids).items()
            if not k.endswith("_curve")}
     out["metric_version"] = METRIC_VERSION
