@@ -5,6 +5,7 @@ tests/test_fuzz_inputs.py is the test).
     python tests/fuzz_campaign.py make cases.json        # the invalid inputs (seeded)
     python tests/fuzz_campaign.py run cases.json         # in process: resolve_config on each
     python tests/fuzz_campaign.py cli cli_out.json       # the command line, a fixed sample
+    (an older checkout: PYTHONPATH=<it> FUZZ_CWD=<it> python tests/fuzz_campaign.py ...)
 
 `make` draws, for each experiment file (its `quick` preset, else its first), invalid values of
 its declared fields and constructor arguments (env and source kwargs) and breaks the relations
@@ -234,8 +235,8 @@ def cli(out_path: str, timeout: float = 150.0) -> None:
                 continue
             start = time.time()
             try:
-                out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
-                                     timeout=timeout)
+                out = subprocess.run(argv, cwd=os.environ.get("FUZZ_CWD", ROOT),
+                                     capture_output=True, text=True, timeout=timeout)
                 code, err = out.returncode, out.stderr
             except subprocess.TimeoutExpired as e:
                 code, err = "timeout", (e.stderr or b"").decode(errors="replace")

@@ -233,6 +233,11 @@ def _relation_breakers(config, env) -> list[tuple[dict, str]]:
         out.append(({"data.num_test_tasks": 0}, "data.num_test_tasks"))
     if "timestep_encoding" in config.model:
         out.append(({"eval.target_returns": ()}, "eval.target_returns"))
+        out.append(({"eval.context_caches": 2}, "has no effect"))  # a setting nothing reads
+    if config.model.get("ngram_positions") == ():
+        out.append(({"model.ngram_max": 3}, "has no effect"))
+    if config.data.builder == "locomotion":
+        out.append(({"data.histories_per_task": 4}, "has no effect"))
     if config.env.name in ("bernoulli_bandit", "contextual_bandit"):
         arms = config.env.kwargs.get("arms", (4, 20))
         most = arms if isinstance(arms, int) else arms[1]
@@ -319,3 +324,11 @@ def test_out_of_memory_names_the_settings_that_sized_it():
     assert message.startswith("out of memory in training: the device could not make an "
                               "allocation of 3.6 TiB, sized by train.batch_size="), message
     assert f"model.d_model={config.model.d_model}" in message
+    # What XLA:CPU says when the allocation fails while dispatching (d_model=10**6 on a CPU).
+    from icrl_jax.pipeline.resources import asked_for, out_of_memory
+    dispatch = RuntimeError("INTERNAL: Error dispatching computation: Out of memory allocating "
+                            "16000000000000 bytes.")
+    assert out_of_memory(dispatch) and asked_for(str(dispatch)) == "14.6 TiB"
+    # A full disk under orbax says RESOURCE_EXHAUSTED too: not memory.
+    assert out_of_memory(ValueError("RESOURCE_EXHAUSTED: Error writing local file: No space "
+                                    "left on device [os_error_code='28']")) is None

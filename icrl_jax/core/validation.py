@@ -42,7 +42,8 @@ class ConfigValueError(UserError):
 CONSTRAINTS = Registry("config constraint group",
                        modules=("icrl_jax.core.config", "icrl_jax.envs", "icrl_jax.data.sources",
                                 "icrl_jax.data.baselines",
-                                "icrl_jax.models.fields", "icrl_jax.methods.fields"))
+                                "icrl_jax.data.builders", "icrl_jax.models.fields",
+                                "icrl_jax.methods.fields"))
 
 _MISSING = object()
 

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 
 from icrl_jax.core import metrics as M
+from icrl_jax.core import validation as V
 from icrl_jax.data.histories import generate_histories
 from icrl_jax.data.history import CorruptHistoryError, load_history, save_history
 from icrl_jax.data.pixel_store import PixelStore, PixelStoreWriter
@@ -514,6 +515,19 @@ BUILDERS = Registry("data builder")
 BUILDERS.register("histories", Histories())
 BUILDERS.register("minari", Minari(), needs=("minari",))
 BUILDERS.register("locomotion", LocomotionData(), needs=("minari",))
+
+#: Data settings a builder ignores, named when a user sets them (core/validation.py).
+BUILDER_CONSTRAINTS = V.declare("builders", (
+    V.no_effect("data.histories_per_task", 1, (("data.builder", "locomotion"),),
+                "with data.builder='locomotion' (one PPO run, data.num_train_tasks streams)"),
+    V.no_effect("data.source", "ppo", (("data.builder", "locomotion"),),
+                "with data.builder='locomotion' (it always trains PPO; data.source_kwargs are "
+                "PPO's)"),
+    *(V.no_effect(key, default, lambda minari_id: bool(minari_id),
+                  "with data.minari_id set (that dataset is read as it is)",
+                  needs=("data.minari_id",))
+      for key, default in (("data.source", ""), ("data.histories_per_task", 1))),
+))
 
 
 def check_recorded_env(dataset: MinariEpisodes, env) -> None:

@@ -88,6 +88,11 @@ DT_CONSTRAINTS = V.declare("dt", (
     V.positive_int("model.cnn_kernel", 4), V.positive_int("model.obs_pool", 1),
     V.positive("model.embed_norm_epsilon", 1e-6),
     V.number("model.return_conditioned", 1.0),
+    # DT decodes every step from its window of tokens (model.timestep_encoding marks DT's).
+    V.Constraint(("eval.context_caches", "model.timestep_encoding"), "",
+                 lambda caches, _: caches == 0, "",
+                 message=lambda caches, _: f"config eval.context_caches={caches} has no effect "
+                 f"with a Decision Transformer (AD-family rollouts only); leave it at 0"),
     # DT evaluates one policy per target return (model.timestep_encoding marks DT's configs).
     V.Constraint(("eval.target_returns", "model.timestep_encoding"), "",
                  lambda targets, _: isinstance(targets, (tuple, list)) and len(targets) > 0

@@ -33,6 +33,10 @@ NGRAM_CONSTRAINTS = V.declare("ngram", (
     V.positive_int("model.ngram_max", 1), V.boolean("model.ngram_shuffle"),
     V.boolean("model.ngram_latest"), V.string("model.ngram_match", "transition"),
     V.string("model.vq_checkpoint"),
+    *(V.no_effect(key, default, lambda positions: not positions,
+                  "without n-gram layers (model.ngram_positions=())",
+                  needs=("model.ngram_positions",))
+      for key, default in (("model.ngram_max", 1), ("model.ngram_shuffle", False))),
     V.relation(("model.ngram_positions", "model.num_layers"),
                "each of model.ngram_positions must be at most model.num_layers (a layer goes "
                "after that many blocks)",
