@@ -2,7 +2,8 @@
 
 XLA reports an allocation it cannot make as a `RESOURCE_EXHAUSTED` runtime error ("Out of memory
 allocating 4000000000000 bytes" on the CPU, "Out of memory while trying to allocate ..." on
-GPUs; on the CPU, while dispatching a computation, as an `INTERNAL` one with the same text) with a stack of C++ and Python frames that says nothing about the config. `sized_by(stage,
+GPUs; on the CPU, while dispatching a computation, as an `INTERNAL` one with the same text),
+with a stack of C++ and Python frames that says nothing about the config. `sized_by(stage,
 config)` wraps one stage of a run (data generation, training, evaluation) and turns that error
 into an `OutOfMemoryError` (a `UserError`: one line, exit status 2) naming the memory asked for
 and the stage's settings that size its arrays, so the user knows what to lower.
