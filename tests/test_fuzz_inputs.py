@@ -234,6 +234,8 @@ def _relation_breakers(config, env) -> list[tuple[dict, str]]:
     if "timestep_encoding" in config.model:
         out.append(({"eval.target_returns": ()}, "eval.target_returns"))
         out.append(({"eval.context_caches": 2}, "has no effect"))  # a setting nothing reads
+    if "grid_observations" in config.model:  # AD's: caches split the context
+        out.append(({"eval.context_caches": config.train.seq_len + 1}, "eval.context_caches"))
     if config.model.get("ngram_positions") == ():
         out.append(({"model.ngram_max": 3}, "has no effect"))
     if config.data.builder == "locomotion":

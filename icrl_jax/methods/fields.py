@@ -44,6 +44,17 @@ AD_CONSTRAINTS = V.declare("ad", (
     V.choice("model.observation_encoder", ("none", "cnn")),
     V.int_tuple("model.encoder_channels", "'(32, 64, 64)'", nonempty=True),
     V.positive_int("model.encoder_pool", 1), V.non_negative_int("model.encoder_dim", 0),
+    # Checked here, not when the trained model is rolled out (methods/in_context.py): the
+    # staggered caches split the context (train.seq_len steps), and a shuffled n-gram pattern
+    # cannot be decoded from a cache.
+    V.relation(("eval.context_caches", "train.seq_len", "model.grid_observations"),
+               "eval.context_caches must be at most the context, train.seq_len",
+               lambda caches, seq_len, _: caches <= seq_len,
+               lambda caches, seq_len, _: f"eval.context_caches={seq_len}"),
+    V.relation(("eval.context_caches", "model.ngram_shuffle"),
+               "shuffled n-gram patterns cannot be decoded from caches",
+               lambda caches, shuffle: caches == 0 or not shuffle,
+               lambda caches, shuffle: "eval.context_caches=0"),
 ))
 
 def ad_model_config() -> ml_collections.ConfigDict:
