@@ -47,6 +47,12 @@ from icrl_jax.data.sources import ppo as P
 
 
 def task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
+    """Train and held-out tasks: the config's builder's (`Builder.task_split`; most builders
+    take `default_task_split`)."""
+    return builder_of(config).task_split(config, env)
+
+
+def default_task_split(env, config) -> tuple[np.ndarray, np.ndarray]:
     """Train and held-out tasks: task ids of a JAX env (a seeded split of a finite task set, or
     disjoint id ranges for unlimited tasks such as bandits), or task rows of a host simulator."""
     data = config.data
@@ -79,6 +85,18 @@ class Builder:
 
     def check(self, config, env, dataset, path: str, rows=None) -> None:
         del config, env, dataset, path, rows
+
+    def task_split(self, config, env) -> tuple[np.ndarray, np.ndarray]:
+        """Train and held-out tasks (a builder that reads a given dataset takes its tasks)."""
+        return default_task_split(env, config)
+
+    def recorded_rollouts(self, config, env) -> dict:
+        """Rollouts of baseline policies on the evaluation tasks recorded when the dataset was
+        made, which `evaluate` scores beside the live ones: name -> `(N, eval.num_steps)` arrays
+        `rewards`, `dones`, `actions` (and `terminated`), in `eval_task_ids` order. For a source
+        no per-history `Source` expresses (one PPO agent over many envs of a task)."""
+        del config, env
+        return {}
 
 
 class Histories(Builder):
@@ -511,7 +529,7 @@ def _cut_episodes(history, info) -> list[dict]:
 
 
 #: `data.builder` name -> `Builder`. A paper's own builders register here from its package.
-BUILDERS = Registry("data builder")
+BUILDERS = Registry("data builder", modules=("icrl_jax.data.xland_hdf5",))
 BUILDERS.register("histories", Histories())
 BUILDERS.register("minari", Minari(), needs=("minari",))
 BUILDERS.register("locomotion", LocomotionData(), needs=("minari",))
