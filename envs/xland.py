@@ -20,6 +20,7 @@ One adapter, `XLandMiniGrid`, makes each environment `xminigrid` registers (`XLA
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -90,27 +91,38 @@ class XLandMiniGrid(ICRLEnv):
       num_rulesets: how many rulesets to generate (generated kinds only).
       ruleset_seed: seed of the generated rulesets.
       max_steps: steps per episode; 0 keeps xminigrid's default.
+      size: the grid's side; 0 keeps the id's (a smaller room makes a CPU-sized XLand task:
+        the R1 layout at 7 x 7 is one xminigrid builds but does not register).
     """
 
     goal_terminates = True  # termination is reaching the goal
     #: What `env.kwargs` take (core/validation.py; `env_id` is the registered name's).
     KWARGS = (V.choice("env_id", ENV_IDS), V.string("benchmark", "trivial"),
               V.positive_int("num_rulesets", 1000), V.integer("ruleset_seed", 0),
-              V.non_negative_int("max_steps", 0))
+              V.non_negative_int("max_steps", 0),
+              V.Constraint(("size",), "must be 0 (the id's own size) or an integer >= 5",
+                           lambda v: V.is_int(v) and (v == 0 or v >= 5), 7))
 
     def __init__(self, env_id: str = "XLand-MiniGrid-R1-9x9", benchmark: str = "trivial",
-                 num_rulesets: int = 1000, ruleset_seed: int = 0, max_steps: int = 0):
+                 num_rulesets: int = 1000, ruleset_seed: int = 0, max_steps: int = 0, size: int = 0):
         super().__init__()
         if env_id not in ENV_IDS:
             raise UserError(f"unknown xminigrid env id {env_id!r}")
         self.env_id = env_id
         self.xland = env_id in XLAND_IDS
-        overrides = {"max_steps": int(max_steps)} if max_steps else {}
-        if int(max_steps) < 0:
-            raise UserError(f"env.kwargs.max_steps must be >= 0, got {max_steps}")
+        if int(max_steps) < 0 or int(size) < 0 or 0 < int(size) < 5:
+            raise UserError(f"env.kwargs.max_steps must be >= 0 and env.kwargs.size 0 or >= 5, got "
+                            f"{max_steps} and {size}")
+        overrides = dict({"max_steps": int(max_steps)} if max_steps else {},
+                         **({"height": int(size), "width": int(size)} if size else {}))
         self._env, self._params = _make(env_id, **overrides)
         self.benchmark = None
+        #: The benchmark's name in datasets' `.attrs` ("trivial-1000-seed0" for generated
+        #: rulesets, the file's name for a file).
+        self.benchmark_id = ""
         if self.xland:
+            self.benchmark_id = (f"{benchmark}-{int(num_rulesets)}-seed{int(ruleset_seed)}"
+                                 if benchmark in rulesets.KINDS else os.path.basename(benchmark))
             self.benchmark = (rulesets.generate_benchmark(benchmark, int(num_rulesets), int(ruleset_seed))
                               if benchmark in rulesets.KINDS else rulesets.load_benchmark_file(benchmark))
             self._rulesets = {k: np.asarray(getattr(self.benchmark, k))

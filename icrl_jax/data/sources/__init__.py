@@ -125,6 +125,9 @@ for _name in SOURCES._parts:
                 importlib.import_module(f"icrl_jax.data.sources.{_module}").KWARGS)
 V.kwargs_of("source", "noisy_expert",
             importlib.import_module("icrl_jax.data.sources.noisy_oracle").EXPERT_KWARGS)
+# Recurrent PPO on XLand rulesets is no per-history Source: data.builder='xland_ppo' runs it.
+V.kwargs_of("source", "xland_ppo",
+            importlib.import_module("icrl_jax.data.sources.xland_ppo").KWARGS)
 
 
 def register(name: str, builder: Callable, kwargs: tuple = ()) -> None:
