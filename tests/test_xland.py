@@ -4,6 +4,8 @@ generator and its splits."""
 from __future__ import annotations
 
 import bz2
+import json
+import os
 import pickle
 
 import jax
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("xminigrid")
+h5py = pytest.importorskip("h5py")
 
 import xminigrid  # noqa: E402
 from xminigrid.core.constants import TILES_REGISTRY, Colors, Tiles  # noqa: E402
@@ -20,6 +23,7 @@ from xminigrid.core.rules import EmptyRule  # noqa: E402
 
 from icrl_jax import envs  # noqa: E402
 from icrl_jax.core.errors import UserError  # noqa: E402
+from icrl_jax.data import xland_hdf5 as H  # noqa: E402
 from icrl_jax.envs import xland_rulesets as R  # noqa: E402
 from icrl_jax.envs.xland import ENV_IDS, XLAND_IDS  # noqa: E402
 from helpers import check_env_contract  # noqa: E402
@@ -195,3 +199,113 @@ def test_random_policy_sometimes_solves_trivial_rulesets():
 
     totals = jax.jit(jax.vmap(rollout))(jax.random.split(jax.random.PRNGKey(0), 16), params)
     assert 0 < float((totals > 0).mean()) < 1
+
+
+# ---------------------------------------------------------------- XLand-100B's HDF5 layout
+
+FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "xland_hdf5")
+
+
+def test_reads_a_file_written_to_xland_100bs_documented_layout():
+    path = os.path.join(FIXTURE, "xland_layout.hdf5")
+    expected = np.load(os.path.join(FIXTURE, "expected.npz"))
+    info = H.file_info(path)
+    assert (info.num_tasks, info.histories_per_task, info.num_steps) == (2, 3, 40)
+    assert info.env_ids == ["XLand-MiniGrid-R1-9x9"] * 2 and info.benchmark_ids == ["trivial-1m"] * 2
+    assert info.ruleset_ids.tolist() == [100, 107]
+    tasks = H.read_xland_hdf5(path)
+    for i, task in enumerate(tasks):
+        assert task.observations.shape == (3, 40, 5, 5, 2) and task.observations.dtype == np.uint8
+        np.testing.assert_array_equal(task.observations, expected[f"observations_{i}"])
+        np.testing.assert_array_equal(task.rewards, expected[f"rewards_{i}"])
+        assert task.rewards.dtype == np.float16 and task.dones.dtype == np.bool_
+        assert task.actions.dtype == np.uint8 and task.expert_actions.dtype == np.uint8
+        assert task.ruleset_id == 100 + 7 * i
+    part = H.read_xland_hdf5(path, num_tasks=1, histories=2, num_steps=25)
+    assert len(part) == 1 and part[0].actions.shape == (2, 25)
+    np.testing.assert_array_equal(part[0].observations, expected["observations_0"][:2, :25])
+
+
+def test_observation_compression_is_xminigrids_and_inverts():
+    from xminigrid.core.constants import NUM_COLORS, NUM_TILES
+    assert H.NUM_COLORS == NUM_COLORS
+    tiles, colours = np.meshgrid(np.arange(NUM_TILES), np.arange(NUM_COLORS), indexing="ij")
+    obs = np.stack([tiles, colours], -1).astype(np.uint8)  # every (tile, colour)
+    states = H.compress_obs(obs)
+    np.testing.assert_array_equal(states, tiles * NUM_COLORS + colours)
+    np.testing.assert_array_equal(H.decompress_obs(states), obs)
+
+
+def test_our_writer_writes_the_same_layout_and_round_trips(tmp_path):
+    fixture = os.path.join(FIXTURE, "xland_layout.hdf5")
+    tasks = H.read_xland_hdf5(fixture)
+    path = str(tmp_path / "ours.hdf5")
+    H.write_xland_hdf5(path, tasks)
+    with h5py.File(fixture, "r") as theirs, h5py.File(path, "r") as ours:
+        assert sorted(theirs) == sorted(ours) == ["0", "1"]
+        for g in theirs:
+            assert dict(theirs[g].attrs) == dict(ours[g].attrs)
+            assert sorted(theirs[g]) == sorted(ours[g])
+            for name in theirs[g]:
+                a, b = theirs[g][name], ours[g][name]
+                assert (a.shape, a.dtype, a.chunks, a.compression) == (b.shape, b.dtype, b.chunks, b.compression)
+                np.testing.assert_array_equal(a[:], b[:])
+    again = H.read_xland_hdf5(path)
+    for a, b in zip(tasks, again):
+        for field in ("observations", "actions", "rewards", "dones", "expert_actions", "ruleset_id"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_files_not_in_the_layout_are_one_line_errors(tmp_path):
+    with pytest.raises(UserError) as e:
+        H.file_info(str(tmp_path / "xland-trivial-20b.hdf5"))
+    assert "\n" not in str(e.value) and "tinyurl.com/trivial-10k" in str(e.value)
+    bad = str(tmp_path / "bad.hdf5")
+    with h5py.File(bad, "w") as f:
+        f.create_group("0").create_dataset("states", data=np.zeros((1, 4, 5, 5), np.uint8))
+    with pytest.raises(UserError, match="lacks"):
+        H.file_info(bad)
+
+
+def _hdf5_config(tmp_path, path):
+    from icrl_jax.experiments.xland import ad as xland_ad
+    from icrl_jax.core.config import set_dotted
+    config = xland_ad.get_config("quick")
+    for dotted, value in {"data.builder": "xland_hdf5", "data.path": path, "data.num_train_tasks": 2,
+                          "data.num_test_tasks": 3, "data.histories_per_task": 3, "data.num_steps": 40,
+                          "env.kwargs.num_rulesets": 120, "train.seq_len": 20, "train.num_steps": 2,
+                          "train.steps_per_call": 2, "train.batch_size": 2, "train.warmup_steps": 1,
+                          "train.log_every": 2, "train.checkpoint_every": 2, "eval.num_steps": 30,
+                          "eval.num_envs_per_task": 1, "eval.baselines": ("random",),
+                          "run.progress": False}.items():
+        set_dotted(config, dotted, value)
+    config.workdir = str(tmp_path / "run")
+    return config
+
+
+def test_a_file_in_their_layout_trains_through_data_builder_with_no_conversion(tmp_path):
+    """XLand-100B's layout read by `data.builder='xland_hdf5'`: the file's rulesets are the
+    training tasks, held-out ones are the benchmark's others, and AD trains and evaluates."""
+    from icrl_jax.pipeline import run as RUN
+    from icrl_jax.data.builders import open_dataset, task_split
+    benchmark = str(tmp_path / "trivial-1m")  # the benchmark the fixture names
+    R.save_benchmark(R.generate_benchmark("trivial", 120, 0), benchmark)
+    config = _hdf5_config(tmp_path, os.path.join(FIXTURE, "xland_layout.hdf5"))
+    config.env.kwargs.benchmark = benchmark
+    config = RUN.resolve_config(config)
+    env = RUN.build_env(config)
+    train, test = task_split(env, config)
+    assert train.tolist() == [100, 107] and len(test) == 3 and not set(test) & {100, 107}
+    history = open_dataset(config, env)
+    assert history.observations.shape == (6, 40, 5, 5, 2) and history.task_ids.tolist() == [100] * 3 + [107] * 3
+    RUN.train(config)
+    with open(os.path.join(config.workdir, "eval.json")) as f:
+        result = json.load(f)
+    assert np.isfinite(result["model_mean_return"]) and "random_mean_return" in result
+
+
+def test_a_file_made_on_another_benchmark_or_env_is_refused(tmp_path):
+    from icrl_jax.pipeline import run as RUN
+    config = RUN.resolve_config(_hdf5_config(tmp_path, os.path.join(FIXTURE, "xland_layout.hdf5")))
+    with pytest.raises(UserError, match="trivial-1m"):
+        RUN.dataset_of(config, RUN.build_env(config))

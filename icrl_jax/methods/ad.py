@@ -14,6 +14,7 @@ from icrl_jax.methods.in_context import InContextMethod
 from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.heads import smoothed_cross_entropy
 from icrl_jax.models.ngram import config_ngram_ids
+from icrl_jax.models.xland_view import XLandViewEncoder
 from icrl_jax.models.tokens import ADStepTokens
 from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mask
 from icrl_jax.models.compiled import Compiled
@@ -89,8 +90,10 @@ class ADModel(nn.Module):
 
 def observation_encoder(model_config) -> nn.Module | None:
     """`model.observation_encoder`: "none" (ids / float vectors go straight to the token
-    embedding) or "cnn" (`CNNEncoder` for uint8 pixels, widths `model.encoder_channels`, output
-    `model.encoder_dim`, input average-pooled by `model.encoder_pool`)."""
+    embedding), "cnn" (`CNNEncoder` for uint8 pixels, widths `model.encoder_channels`, output
+    `model.encoder_dim`, input average-pooled by `model.encoder_pool`) or "xland"
+    (`XLandViewEncoder` for XLand-MiniGrid's (tile, colour) views: an MLP of widths
+    `model.encoder_channels` to `model.encoder_dim` features)."""
     kind = model_config.get("observation_encoder", "none")
     if kind in ("", "none"):
         return None
@@ -98,7 +101,11 @@ def observation_encoder(model_config) -> nn.Module | None:
         return CNNEncoder(out_dim=int(model_config.get("encoder_dim", 0) or model_config.d_model),
                           channels=tuple(model_config.get("encoder_channels", (32, 64, 64))),
                           pool=int(model_config.get("encoder_pool", 1)), name="obs_encoder")
-    raise ValueError(f"unknown model.observation_encoder {kind!r}; available: 'none', 'cnn'")
+    if kind == "xland":
+        return XLandViewEncoder(out_dim=int(model_config.encoder_dim or model_config.d_model),
+                                hidden=tuple(model_config.encoder_channels), name="obs_encoder")
+    raise ValueError(f"unknown model.observation_encoder {kind!r}; available: 'none', 'cnn', "
+                     f"'xland'")
 
 
 def grid_size_of(config, env) -> int | None:

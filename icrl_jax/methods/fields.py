@@ -30,6 +30,8 @@ def ad_model_fields() -> dict:
         episode_returns=False,
         # Pixel observations: "cnn" embeds frames with a strided CNN (`models/encoders.py`) of
         # `encoder_channels`, pooled by `encoder_pool`, to `encoder_dim` features (0 = d_model).
+        # XLand-MiniGrid's (tile, colour) views: "xland", an MLP of `encoder_channels` widths
+        # to `encoder_dim` features (`models/xland_view.py`).
         observation_encoder="none",
         encoder_channels=(32, 64, 64),
         encoder_pool=1,
@@ -41,7 +43,7 @@ def ad_model_fields() -> dict:
 AD_CONSTRAINTS = V.declare("ad", (
     V.fraction("model.label_smoothing", 0.0), V.boolean("model.grid_observations"),
     V.boolean("model.episode_starts"), V.boolean("model.episode_returns"),
-    V.choice("model.observation_encoder", ("none", "cnn")),
+    V.choice("model.observation_encoder", ("none", "cnn", "xland")),
     V.int_tuple("model.encoder_channels", "'(32, 64, 64)'", nonempty=True),
     V.positive_int("model.encoder_pool", 1), V.non_negative_int("model.encoder_dim", 0),
     # Checked here, not when the trained model is rolled out (methods/in_context.py): the

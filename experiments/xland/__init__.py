@@ -1,0 +1,1 @@
+"""AD on XLand-MiniGrid (XLand-100B's AD baseline)."""
