@@ -1,112 +1,68 @@
-"""Training throughput of the AD transformer: tokens/s, model FLOP/s, and MFU on a GPU.
+"""Training throughput of every model we train: tokens/s, model FLOP/s and MFU.
 
-FLOPs per token use the Kaplan et al. (2020) convention, 6N + 12·L·d·T (N = non-embedding
-parameters, `is_embedding`; L layers, width d, context T), the same as `icrl_jax.models.transformer.flops_per_token`.
-MFU divides achieved model FLOP/s by the device's dense peak for the dtype we train in (float32
-matmuls run as TF32 on NVIDIA GPUs by JAX's default precision), so it is only reported where the
-peak is known.
+    python -m benchmarks train [--quick] [--write] [--device cpu|gpu|tpu] [--precision fp32|bf16]
+    python -m benchmarks train --headless-paper [--write]   # Headless-AD at the paper's scale
+    python -m benchmarks train --old DIR [--repeats N] [--write]   # before/after, side by side
 
-    python benchmarks/bench_train.py [--quick] [--write] [--device cpu|gpu|tpu] [--precision fp32|bf16]
-    python benchmarks/bench_train.py --old DIR [--repeats N] [--write]   # before/after, side by side
+FLOPs per token, the peaks and the throughput are `benchmarks.training`'s (Kaplan's 6N + 12·L·d·T;
+the vendors' dense peaks where known). On a CPU, MFU is a ratio measured side by side: each row
+is timed in `--peak-rounds` rounds interleaved with a 4096x4096 matmul (the peak;
+`harness.interleave`), and MFU is the median over rounds of the round's model FLOP/s over its
+own peak (`interleaved_mfu`): on shared cores the peak moves by 25% between minutes.
 
 `--old DIR` measures `ROWS_BEFORE_AFTER` in this checkout and in another one (a `git worktree` of
-an older commit), one process per (checkout, row), the checkouts alternating: on shared cores
-the load hits both alike.
-
-On a CPU, MFU is a ratio measured side by side: each row is timed in `--peak-rounds` rounds, each
-right after a 4096x4096 matmul of its own (the peak), and MFU is the median over rounds of the
-round's model FLOP/s over its own peak (`interleaved_mfu`).
-
-With `--precision bf16` the model computes in bfloat16 (float32 parameters, as `train.compute_dtype`)
-and MFU is against the bf16 dense peak.
+an older commit), one process per (checkout, row), the checkouts alternating
+(`harness.compare_trees`). With `--precision bf16` the model computes in bfloat16 (float32
+parameters, as `train.compute_dtype`) and MFU is against the bf16 peak.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import time
 
-def _device_from_argv() -> None:
-    # The platform must be chosen before JAX starts.
-    if "--device" in sys.argv:
-        os.environ["JAX_PLATFORMS"] = sys.argv[sys.argv.index("--device") + 1]
+import jax
+import numpy as np
 
-
-_device_from_argv()
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: `--tree DIR`: measure that checkout's code (the `--old` comparison runs this script so).
-TREE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else ROOT
-sys.path.insert(0, TREE)
-try:  # measure what `icrl-jax` runs: its host malloc settings (re-executes this script once)
-    from icrl_jax.core import host_memory
-    # An older checkout has no such module; an editable install would find this one's instead.
-    if os.path.abspath(host_memory.__file__).startswith(os.path.abspath(TREE) + os.sep):
-        host_memory.reexec_with_huge_pages()
-except ImportError:  # a checkout older than icrl_jax/host_memory.py
-    pass
-HOST_MALLOC = os.environ.get("GLIBC_TUNABLES") or "glibc default"
-try:  # and its CPU devices (one per core), before JAX starts
-    from icrl_jax.core import cpu_devices
-    if os.path.abspath(cpu_devices.__file__).startswith(os.path.abspath(TREE) + os.sep):
-        cpu_devices.use_one_device_per_core()
-except ImportError:  # a checkout older than icrl_jax/cpu_devices.py: one CPU device
-    pass
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from results import cpu_model, table_section  # noqa: E402  # benchmarks/results.py (this script's directory)
-
-from icrl_jax.data.dataset import to_step_windows  # noqa: E402
-from icrl_jax.data.history import History  # noqa: E402
-from icrl_jax.methods.ad import AD  # noqa: E402
-from icrl_jax.core.config import default_train_config, default_transformer_config  # noqa: E402
-from icrl_jax.methods.fields import ad_model_config  # noqa: E402
-from icrl_jax.models.transformer import count_params, flops_per_token  # noqa: E402
-from icrl_jax.data.dataset import sample_windows  # noqa: E402
-from icrl_jax.data.train_data import on_device  # noqa: E402
-from icrl_jax.pipeline.train import (data_mesh, init_state, make_optimizer,  # noqa: E402
-                            make_train_steps, place_data, state_sharding)
-
-# Dense tensor-core peaks (FLOP/s), from the vendors' datasheets (without sparsity): TF32 (what
-# float32 matmuls run as under JAX's default precision) and bf16.
-PEAK_TF32 = {"H100": 494e12, "H200": 494e12, "A100": 156e12}
-PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v4": 275e12,
-             "TPU v5 lite": 197e12, "TPU v5p": 459e12}
+from benchmarks import harness, training
 
 SIZES = {  # name: (layers, d_model, heads, batch, context)
     "small (quick presets)": (2, 64, 4, 64, 100),
     "medium": (4, 256, 8, 64, 200),
     "paper darkroom (n-gram)": (4, 512, 8, 128, 200),
 }
+#: The host malloc settings measured (`prepare_process`).
+HOST_MALLOC = "glibc default"
 
 
-def synthetic_data(num_actions=5, num_obs=81, n=256, t=1000):
-    rng = np.random.default_rng(0)
-    obs = rng.integers(0, num_obs, (n, t)).astype(np.int32)
-    return to_step_windows(History(obs, rng.integers(0, num_actions, (n, t)).astype(np.int32),
-                                   rng.random((n, t)).astype(np.float32), np.zeros((n, t), bool),
-                                   np.arange(n, dtype=np.int32), np.ones((n, num_actions), bool)))
-
-
-def matmul_peak(size: int = 4096, calls: int = 5, dtype=np.float32) -> float:
-    """FLOP/s of a jitted `size x size` matmul on the default device: the measured peak that
-    CPU MFU divides by (a CPU's datasheet peak assumes every core at full vector width)."""
-    a = jax.device_put(np.random.default_rng(0).standard_normal((size, size)).astype(dtype))
-    f = jax.jit(lambda x: x @ x)
-    jax.block_until_ready(f(a))
-    start = time.perf_counter()
-    for _ in range(calls):
-        out = f(a)
-    jax.block_until_ready(out)
-    return 2 * size ** 3 * calls / (time.perf_counter() - start)
+def prepare_process(device: str | None = None) -> None:
+    """Run as `icrl-jax` runs, before JAX starts: its host malloc settings (re-executing this
+    process once) and one CPU device per core. A checkout older than those modules (`--old`)
+    runs without them."""
+    global HOST_MALLOC
+    harness.choose_device(device)
+    try:
+        from icrl_jax.core import host_memory
+        host_memory.reexec_with_huge_pages()
+    except ImportError:
+        pass
+    HOST_MALLOC = os.environ.get("GLIBC_TUNABLES") or "glibc default"
+    try:
+        from icrl_jax.core import cpu_devices
+        cpu_devices.use_one_device_per_core()
+    except ImportError:
+        pass
 
 
 def benchmark_model(layers, d_model, heads, batch, context, precision="fp32"):
-    """The benchmarked AD model on 81 observations and 5 actions, and its train config."""
+    """The benchmarked AD model on 81 observations and 5 actions, and its train config (the
+    model `training.measure_ad` trains)."""
+    from icrl_jax.core.config import default_train_config
+    from icrl_jax.methods.ad import AD
+    from icrl_jax.methods.fields import ad_model_config
+
     config = ad_model_config()
     config.update(dict(num_layers=layers, d_model=d_model, num_heads=heads, max_len=context,
                        label_smoothing=0.0))
@@ -116,85 +72,63 @@ def benchmark_model(layers, d_model, heads, batch, context, precision="fp32"):
     return AD(config, 5, 81), train_config
 
 
-#: Set by `benchmarks/profile_train.py`: after timing, `_time_calls` traces one more call with
-#: the JAX profiler into this directory and writes the compiled program's HLO text beside it.
+PEAK_SIZE = 4096
+#: Set by `profile_train`: after timing, `_timer` traces one more call with the JAX profiler
+#: into this directory and writes the compiled program's HLO text beside it.
 TRACE_DIR: str | None = None
-#: Set by `benchmarks/bench_step_ab.py`: a context manager factory under which `_time_calls`
-#: also compiles a reference step, times both alternately in `AB_ROUNDS` rounds, and leaves the
-#: median seconds per call of each in `AB_SECONDS` ("reference", "this checkout").
+#: Set by `step_ab`: a context manager factory under which `_timer` also compiles a reference
+#: step and interleaves it with this checkout's in `AB_ROUNDS` rounds (`harness.interleave`);
+#: `LAST_AB` keeps the comparison.
 AB_REFERENCE = None
 AB_ROUNDS = 10
-AB_SECONDS: dict[str, float] = {}
-#: On a CPU, `_time_calls` times the model in `PEAK_ROUNDS` rounds (without a reference), each
-#: right after a matmul peak of its own (`matmul_peak`, 2 calls), and leaves the rounds'
-#: (peak FLOP/s, seconds per call) in `LAST_ROUNDS`: `interleaved_mfu` divides each round's
-#: model FLOP/s by its own peak. On these shared cores the peak moves by 25% between minutes;
-#: one peak measured before a long table is not the one its later rows ran against.
+LAST_AB: harness.AB | None = None
+#: On a CPU, `_timer` interleaves the model with a matmul peak in `PEAK_ROUNDS` rounds (without
+#: a reference) and leaves the rounds' (peak FLOP/s, seconds per call) in `LAST_ROUNDS` for
+#: `interleaved_mfu`. 0: one round after the compiling call, no peak.
 PEAK_ROUNDS = 0
 PEAK_DTYPE = np.float32
 LAST_ROUNDS: list[tuple[float, float]] = []
 
 
-def _time_calls(build, train_data, train_config, calls, num_replicas=0, hyper=None):
-    """Seconds per jitted call of `train_config.steps_per_call` steps (compile excluded), and
-    the final state. `num_replicas` > 0: that many vmapped replicas (`hyper` per replica)."""
-    replicas = num_replicas > 0
-    # Replicas are initialised from their own keys and train with them as their seeds.
-    seed = jax.random.split(jax.random.PRNGKey(0), num_replicas) if replicas else \
-        jax.random.PRNGKey(1)
+def _peak_call(dtype):
+    """One jitted `PEAK_SIZE` square matmul, ready to call."""
+    a = jax.device_put(np.random.default_rng(0).standard_normal((PEAK_SIZE, PEAK_SIZE)).astype(dtype))
+    product = jax.jit(lambda x: x @ x)
+    return lambda: product(a)
 
-    def compiled():
-        """[the jitted steps, a state after one (compiling) call, the placed data]"""
-        try:  # the devices `train` would use (a reference may replace `data_mesh`)
-            mesh = data_mesh(num_replicas if replicas else train_config.batch_size)
-        except TypeError:  # a checkout whose `data_mesh` takes every device
-            mesh = data_mesh()
-        data = place_data(train_data.arrays, mesh)
-        if replicas:
-            state = jax.vmap(lambda k, h: init_state(build, train_data, k, h))(seed, hyper)
-        else:
-            state = init_state(build, train_data, jax.random.PRNGKey(0))
-        state = jax.device_put(state, state_sharding(mesh, replicas, num_replicas))
-        steps = make_train_steps(build, train_data, train_config, mesh, replicas, num_replicas)
-        state, metrics = steps(state, data, seed, hyper)  # compile
-        jax.block_until_ready(metrics)
-        return [steps, state, data]
 
+def _timer(make, calls: int):
+    """`training.time_training`'s timer: this checkout's step (and a reference's, `AB_REFERENCE`,
+    or a matmul peak's, `PEAK_ROUNDS`) compiled, then timed interleaved, round by round."""
+    global LAST_AB
     variants = {}
     if AB_REFERENCE is not None:
         with AB_REFERENCE():  # traced (and compiled) under the reference implementation
-            variants["reference"] = compiled()
-    variants["this checkout"] = compiled()
-    times = {name: [] for name in variants}
-    interleave = AB_REFERENCE is None and PEAK_ROUNDS > 0
-    LAST_ROUNDS.clear()
-    for _ in range(AB_ROUNDS if AB_REFERENCE is not None else max(1, PEAK_ROUNDS)):
-        peak = matmul_peak(calls=2, dtype=PEAK_DTYPE) if interleave else None
-        for name, variant in variants.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                variant[1], metrics = variant[0](variant[1], variant[2], seed, hyper)
-            jax.block_until_ready(metrics)
-            times[name].append((time.perf_counter() - start) / calls)
-            if interleave:
-                LAST_ROUNDS.append((peak, times[name][-1]))
-    AB_SECONDS.update({name: float(np.median(t)) for name, t in times.items()})
-    train_steps, state, data = variants["this checkout"]
-    seconds = AB_SECONDS["this checkout"]
+            variants["reference"] = make()
+            jax.block_until_ready(variants["reference"]())
+    elif PEAK_ROUNDS:
+        variants["peak"] = _peak_call(PEAK_DTYPE)
+    start = time.perf_counter()
+    variants["this checkout"] = call = make()
+    jax.block_until_ready(call())
+    compile_s = time.perf_counter() - start
+    rounds = AB_ROUNDS if AB_REFERENCE is not None else max(1, PEAK_ROUNDS)
+    LAST_AB = harness.interleave(variants, rounds=rounds, calls=calls, warmup=0)
+    LAST_ROUNDS[:] = [(2 * PEAK_SIZE ** 3 / peak, seconds) for peak, seconds in
+                      zip(LAST_AB.rounds.get("peak", []), LAST_AB.rounds["this checkout"])]
     if TRACE_DIR is not None:
         os.makedirs(TRACE_DIR, exist_ok=True)
         with open(os.path.join(TRACE_DIR, "step.hlo"), "w") as f:
-            f.write(train_steps.lower(state, data, seed, hyper).compile().as_text())
+            f.write(call.steps.lower(call.state, call.data, call.seed, call.hyper).compile().as_text())
         with jax.profiler.trace(TRACE_DIR, create_perfetto_trace=True):
-            state, metrics = train_steps(state, data, seed, hyper)
-            jax.block_until_ready(metrics)
-    return seconds, state
+            jax.block_until_ready(call())
+    return harness.Timing(compile_s, LAST_AB.rounds["this checkout"]), call
 
 
 def interleaved_mfu(result: dict) -> dict:
-    """`result` (`_throughput` of the last `_time_calls`) with `peak`, the median of its rounds'
-    peaks, and `mfu`, the median over rounds of the round's model FLOP/s over its own peak;
-    unchanged without interleaved rounds (`PEAK_ROUNDS`)."""
+    """`result` (of the last timed row) with `peak`, the median of its rounds' peaks, and `mfu`,
+    the median over rounds of the round's model FLOP/s over its own peak; unchanged without
+    interleaved rounds (`PEAK_ROUNDS`)."""
     if not LAST_ROUNDS:
         return result
     median_seconds = float(np.median([seconds for _, seconds in LAST_ROUNDS]))
@@ -204,36 +138,9 @@ def interleaved_mfu(result: dict) -> dict:
                 mfu=float(np.median(mfus)), rounds=len(LAST_ROUNDS))
 
 
-def is_embedding(path: str) -> bool:
-    """Parameters that do no per-token product, left out of N: position and id tables (DT's
-    timestep table too), and the AD step tokens' mixing map, reward map and grid coordinates,
-    which `models.tokens.ADStepTokens` folds into tables and vectors once a step. Its linear
-    maps of float inputs (`linear`, `action_linear`) still run per token and count."""
-    if any(name in path for name in ("position_embedding", "table", "'action'", "'timestep'")):
-        return True
-    return "'tokens'" in path and any(name in path for name in ("'mix'", "'reward'",
-                                                                "'coordinates'"))
-
-
-def _throughput(seconds_per_call, state, steps, batch, context, layers, d_model, replicas=1):
-    params = jax.tree.map(lambda x: x[0], state.params) if replicas > 1 else state.params
-    embedding = sum(int(np.size(x)) for path, x in jax.tree_util.tree_leaves_with_path(params)
-                    if is_embedding(jax.tree_util.keystr(path)))
-    n_nonembedding = count_params(params) - embedding
-    flops = flops_per_token(n_nonembedding, layers, d_model, context)
-    tokens = steps * batch * context * replicas / seconds_per_call
-    return dict(tokens_per_s=tokens, steps_per_s=steps / seconds_per_call,
-                params=count_params(params), flops_per_token=flops, model_flops_per_s=tokens * flops)
-
-
 def measure(layers, d_model, heads, batch, context, calls, precision="fp32"):
-    """The AD transformer on synthetic learning histories."""
-    method, train_config = benchmark_model(layers, d_model, heads, batch, context, precision)
-    train_data = on_device(jax.device_put(synthetic_data(t=max(1000, context))), sample_windows,
-                           context)
-    optimizer = make_optimizer(train_config)
-    seconds, state = _time_calls(lambda _: (method, optimizer), train_data, train_config, calls)
-    return _throughput(seconds, state, 10, batch, context, layers, d_model)
+    """The AD transformer on synthetic learning histories (`training.measure_ad`)."""
+    return training.measure_ad(layers, d_model, heads, batch, context, precision, calls, timer=_timer)
 
 
 def measure_unimask(num_replicas, calls, precision="fp32"):
@@ -247,7 +154,7 @@ def measure_unimask(num_replicas, calls, precision="fp32"):
     from icrl_jax.data.sources import build_source
     from icrl_jax.papers.unimask.method import UniMask
     from icrl_jax.papers.unimask.masks import regime_index
-    from icrl_jax.pipeline.train import replica_hyperparameters
+    from icrl_jax.pipeline.train import make_optimizer, replica_hyperparameters
 
     config = get_config("quick")
     config.train.steps_per_call = 10
@@ -266,9 +173,10 @@ def measure_unimask(num_replicas, calls, precision="fp32"):
         model = dict(config.model.to_dict(), regime=h["model.regime"])
         return UniMask(ml_collections.ConfigDict(model), env, k), make_optimizer(config.train, h)
 
-    seconds, state = _time_calls(build, data, config.train, calls, num_replicas, hyper)
-    return _throughput(seconds, state, 10, int(config.train.batch_size), k,
-                       int(config.model.num_layers), int(config.model.d_model), num_replicas)
+    timing, state = training.time_training(build, data, config.train, calls, num_replicas=num_replicas,
+                                           hyper=hyper, timer=_timer)
+    return training.throughput(timing, state.params, 10, int(config.train.batch_size), k,
+                               int(config.model.num_layers), int(config.model.d_model), num_replicas)
 
 
 def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
@@ -279,7 +187,10 @@ def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
     from icrl_jax.experiments.gpt_dtma import QUICK_MODEL
     from icrl_jax.methods.fields import dt_model_config
     from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
+    from icrl_jax.core.config import default_train_config, default_transformer_config
+    from icrl_jax.data.train_data import on_device
     from icrl_jax.methods.dt import DecisionTransformer
+    from icrl_jax.pipeline.train import make_optimizer
 
     config = default_transformer_config()
     config.update(dt_model_config())
@@ -299,42 +210,10 @@ def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
     train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=steps, steps_per_call=10,
                              compute_dtype=precision))
     optimizer = make_optimizer(train_config)
-    seconds, state = _time_calls(lambda _: (method, optimizer), train_data, train_config, calls)
-    return _throughput(seconds, state, 10, batch, 3 * steps, int(config.num_layers),
-                       int(config.d_model))
-
-
-def _measure_experiment(config, calls: int, steps_per_call: int, assignments=None):
-    """An experiment config's own model and optimiser, trained on histories of its own source
-    (its first `data.num_train_tasks` tasks), `steps_per_call` steps a jitted call; with
-    `assignments`, one vmapped replica per assignment (a sweep's group)."""
-    from icrl_jax.pipeline import run as R
-    from icrl_jax.core.config import finalize
-    from icrl_jax.data.histories import generate_histories
-    from icrl_jax.data.sources import build_source
-    from icrl_jax.methods import build_method
-
-    config.train.steps_per_call = steps_per_call
-    config = finalize(config)
-    env = R.build_env(config)
-    method = build_method(config, env)
-    steps, tasks = int(config.data.num_steps), int(config.data.num_train_tasks)
-    source = build_source(config.data.source, env, steps, dict(config.data.source_kwargs))
-    history = generate_histories(env, source, env.task_params(np.arange(tasks)), steps,
-                                 jax.random.PRNGKey(0))
-    train_data = method.training_data(history, config, env)
-    if assignments:
-        from icrl_jax.pipeline.train import replica_builder, replica_hyperparameters
-        build = replica_builder(lambda model: build_method(config, env, model), config)
-        seconds, state = _time_calls(build, train_data, config.train, calls, len(assignments),
-                                     replica_hyperparameters(config, assignments))
-    else:
-        optimizer = make_optimizer(config.train)
-        seconds, state = _time_calls(lambda _: (method, optimizer), train_data, config.train,
-                                     calls)
-    return _throughput(seconds, state, steps_per_call, int(config.train.batch_size),
-                       int(config.train.seq_len), int(config.model.num_layers),
-                       int(config.model.d_model), len(assignments or [None]))
+    timing, state = training.time_training(lambda _: (method, optimizer), train_data, train_config, calls,
+                                           timer=_timer)
+    return training.throughput(timing, state.params, 10, batch, 3 * steps, int(config.num_layers),
+                               int(config.d_model))
 
 
 def measure_main_job(calls: int, precision="fp32"):
@@ -345,7 +224,7 @@ def measure_main_job(calls: int, precision="fp32"):
     from icrl_jax.experiments.ad.darkroom import get_config
     config = get_config("quick_oracle")
     config.train.compute_dtype = precision
-    return _measure_experiment(config, calls, 10)
+    return training.measure_experiment(config, calls, 10, timer=_timer)
 
 
 def measure_sweep_replicas(num_replicas: int, calls: int, precision="fp32"):
@@ -364,7 +243,8 @@ def measure_sweep_replicas(num_replicas: int, calls: int, precision="fp32"):
         for key, value in assignments[0].items():
             section, field = key.split(".", 1)
             config[section][field] = value
-    return _measure_experiment(config, calls, 10, assignments if num_replicas else None)
+    return training.measure_experiment(config, calls, 10, assignments=assignments if num_replicas else None,
+                                       timer=_timer)
 
 
 def measure_key_to_door(ngram: bool, calls: int, precision="fp32"):
@@ -375,7 +255,7 @@ def measure_key_to_door(ngram: bool, calls: int, precision="fp32"):
     from icrl_jax.experiments.ad.key_to_door import get_config
     config = get_config("qlearning_cpu_starts" + ("" if ngram else "_ad"))
     config.train.compute_dtype = precision
-    return _measure_experiment(config, calls, 10)
+    return training.measure_experiment(config, calls, 10, timer=_timer)
 
 
 def measure_headless_paper(batch: int, calls: int, precision="fp32"):
@@ -388,7 +268,7 @@ def measure_headless_paper(batch: int, calls: int, precision="fp32"):
     config.data.num_steps = config.train.seq_len
     config.data.source = "thompson_sampling"
     config.train.update(dict(batch_size=batch, compute_dtype=precision))
-    return _measure_experiment(config, calls, 1)
+    return training.measure_experiment(config, calls, 1, timer=_timer)
 
 
 def _row(name, shape, batch, params, r, peak) -> str:
@@ -432,22 +312,19 @@ BEFORE_AFTER_HEADING = "## Training throughput before and after (side by side)"
 
 
 def measure_row(name: str) -> dict:
-    """One `ROWS_BEFORE_AFTER` row in this process: the matmul peak, then the model."""
-    import icrl_jax
-    if not os.path.abspath(icrl_jax.__file__).startswith(os.path.abspath(TREE)):
-        raise RuntimeError(f"measuring {TREE} but imported {icrl_jax.__file__}")
+    """One `ROWS_BEFORE_AFTER` row in this process: the model, with its peak."""
+    harness.check_tree()
     result = interleaved_mfu(ROWS_BEFORE_AFTER[name][1](2 if name.startswith("headless") else 3))
     if "mfu" not in result:  # no interleaved rounds: one peak, measured after the model
-        peak = matmul_peak()
+        peak = training.matmul_peak()
         result = dict(result, peak=peak, mfu=result["model_flops_per_s"] / peak)
     return dict(result, host_malloc=HOST_MALLOC)
 
 
 def before_after(args) -> None:
-    """`ROWS_BEFORE_AFTER` in `args.old` and in this checkout, alternating per row and repeat;
-    MFU is each process's model FLOP/s over its own matmul peak."""
+    """`ROWS_BEFORE_AFTER` in `args.old` and in this checkout, alternating per row and repeat
+    (`harness.compare_trees`); MFU is each process's model FLOP/s over its own matmul peak."""
     import json
-    import subprocess
 
     from icrl_jax.core.host_memory import TUNABLE  # this checkout's
 
@@ -457,48 +334,41 @@ def before_after(args) -> None:
     environment = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     if tunables:
         environment["GLIBC_TUNABLES"] = ":".join(tunables)
-
-    def run(tree, name):
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--tree", tree,
-                              "--row", name], capture_output=True, text=True, cwd=tree,
-                             env=environment)
-        if out.returncode:
-            raise RuntimeError(f"{name} in {tree} failed:\n{out.stderr[-3000:]}")
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    commit = lambda tree: subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree,  # noqa: E731
-                                         capture_output=True, text=True).stdout.strip()
+    trees = {"old": os.path.abspath(args.old), "new": harness.ROOT}
     lines, malloc = [], {}
+
+    def report(side, result):
+        malloc[side] = result.get("host_malloc", "glibc default")
+        print(side, json.dumps({k: result[k] for k in ("tokens_per_s", "mfu")}), flush=True)
+
     for name in args.rows.split(","):
-        runs = {"old": [], "new": []}
-        for _ in range(args.repeats):
-            for side, tree in (("old", args.old), ("new", ROOT)):
-                runs[side].append(run(tree, name))
-                malloc[side] = runs[side][-1].get("host_malloc", "glibc default")
-                print(name, side, f"{runs[side][-1]['tokens_per_s']:,.0f} tokens/s, MFU "
-                      f"{100 * runs[side][-1]['mfu']:.0f}%", flush=True)
+        runs = {label: [] for label in trees}
+        for _ in range(args.repeats):  # A B A B, each a fresh process
+            for label, tree in trees.items():
+                runs[label].append(harness.run_in_tree(tree, "benchmarks.bench_train", ["--row", name],
+                                                       env=environment))
+                report(label, runs[label][-1])
         median = {side: float(np.median([r["tokens_per_s"] for r in rs])) for side, rs in runs.items()}
         fmt = lambda rs: " / ".join(f"{r['tokens_per_s']:,.0f} ({100 * r['mfu']:.0f}%)" for r in rs)  # noqa: E731
-        lines.append(f"| {ROWS_BEFORE_AFTER[name][0]} | {fmt(runs['old'])} | {fmt(runs['new'])} "
-                     f"| {median['new'] / median['old']:.2f}x |")
-    table_section(
+        lines.append([ROWS_BEFORE_AFTER[name][0], fmt(runs["old"]), fmt(runs["new"]),
+                      f"{median['new'] / median['old']:.2f}x"])
+    harness.table_section(
         BEFORE_AFTER_HEADING,
-        f"Command: `python benchmarks/bench_train.py --old <worktree of {commit(args.old)}> "
-        f"--repeats {args.repeats} --write`, this checkout at {commit(ROOT)} (plus uncommitted "
-        f"changes, if any). Device: {jax.devices()[0].platform}, host CPU {cpu_model()}, "
-        f"{os.cpu_count()} cores; load "
-        f"average when it finished {os.getloadavg()[0]:.1f} (the cores were shared with other "
-        "jobs). One process per (checkout, row, repeat), the checkouts alternating; each "
-        f"process times its model in {PEAK_ROUNDS} rounds, each right after a 4096x4096 float32 "
-        "matmul of its own (the peak), and MFU (in brackets) is the median over rounds of the "
+        f"Command: `python -m benchmarks train --old <worktree of {harness.commit_of(args.old)}> "
+        f"--repeats {args.repeats} --write`, this checkout at {harness.commit_of(harness.ROOT)} (plus "
+        f"uncommitted changes, if any). {harness.hardware_line()} (at the end; the cores were shared "
+        "with other jobs). One process per (checkout, row, repeat), the checkouts alternating; each "
+        f"process times its model in {PEAK_ROUNDS} rounds interleaved with a 4096x4096 float32 "
+        "matmul (the peak), and MFU (in brackets) is the median over rounds of the "
         "round's model FLOP/s (6N + 12·L·d·T a token) over its peak. Ratio: new / old "
-        f"median tokens/s. Host malloc (icrl_jax/host_memory.py): before {malloc['old']}, after "
+        f"median tokens/s. Host malloc (icrl_jax/core/host_memory.py): before {malloc['old']}, after "
         f"{malloc['new']}.",
         ["model", "before: tokens/s (MFU)", "after: tokens/s (MFU)", "ratio"], lines, args.write)
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="only the small model, fewer calls")
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks train", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="only the small models, fewer calls")
     parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     parser.add_argument("--all-sizes", action="store_true",
                         help="also the paper-size model on a CPU (hours on 2 cores)")
@@ -511,13 +381,17 @@ def main():
     parser.add_argument("--rows", default=",".join(ROWS_BEFORE_AFTER),
                         help="with --old: which rows, comma-separated")
     parser.add_argument("--repeats", type=int, default=1, help="with --old: runs per side")
-    parser.add_argument("--tree", default=ROOT, help="the checkout whose code is measured")
     parser.add_argument("--row", choices=tuple(ROWS_BEFORE_AFTER),
-                        help="measure one row in this process, print JSON (used by --old)")
+                        help="measure one row in this process, print JSON (what --old runs)")
     parser.add_argument("--peak-rounds", type=int, default=3,
-                        help="on a CPU: timing rounds per row, each after its own matmul peak")
-    args = parser.parse_args()
+                        help="on a CPU: timing rounds per row, each interleaved with a matmul peak")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None):
     global PEAK_ROUNDS, PEAK_DTYPE
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    prepare_process(args.device)
     if jax.devices()[0].platform == "cpu":
         PEAK_ROUNDS = args.peak_rounds
         PEAK_DTYPE = jax.numpy.bfloat16 if args.precision == "bf16" else np.float32
@@ -529,66 +403,61 @@ def main():
     if args.headless_paper:
         return headless_paper(args)
     device = jax.devices()[0]
-    kind = device.device_kind
-    peaks = PEAK_BF16 if args.precision == "bf16" else PEAK_TF32
-    peak = next((v for k, v in peaks.items() if k in kind), None)
+    peak = training.datasheet_peak(args.precision)
     peak_source = "datasheet dense peak"
     if device.platform == "cpu" and not PEAK_ROUNDS:  # one peak, just before the models
         # The dtype the model's products run in: bf16 compute multiplies bf16 by bf16.
         bf16 = args.precision == "bf16"
-        peak = matmul_peak(dtype=jax.numpy.bfloat16 if bf16 else np.float32)
+        peak = training.matmul_peak(dtype=jax.numpy.bfloat16 if bf16 else np.float32)
         peak_source = f"a jitted 4096x4096 {'bfloat16' if bf16 else 'float32'} matmul, measured here"
         print(f"CPU matmul peak: {peak / 1e9:.1f} GFLOP/s", flush=True)
     rows = []
+    calls = 3 if device.platform == "cpu" else 20
     for name, (layers, d, heads, batch, context) in SIZES.items():
         if args.quick and name != "small (quick presets)":
             continue
         if device.platform == "cpu" and name.startswith("paper") and not args.all_sizes:
             continue
-        calls = (3 if name.startswith("small") else 1) if device.platform == "cpu" else 20
-        r = measure(layers, d, heads, batch, context, calls, args.precision)
+        r = measure(layers, d, heads, batch, context,
+                    calls if name.startswith("small") or device.platform != "cpu" else 1, args.precision)
         rows.append(_row(name, f"{layers}x{d}, {heads} heads", f"{batch}x{context}",
                          f"{r['params']:,}", r, peak))
         print(rows[-1], flush=True)
         if name.startswith("small"):  # the README's first command, the same shapes
-            r = measure_main_job(3 if device.platform == "cpu" else 20, args.precision)
+            r = measure_main_job(calls, args.precision)
             rows.append(_row("`ad/darkroom.py:quick_oracle` (+1-gram layer, dropout 0.1)",
                              "2x64, 4 heads", "64x100", f"{r['params']:,}", r, peak))
             print(rows[-1], flush=True)
     # The Uni[MASK] quick grid: 10 regimes x 3 seeds trained as vmapped replicas.
-    r = measure_unimask(30, 3 if device.platform == "cpu" else 20, args.precision)
+    r = measure_unimask(30, calls, args.precision)
     rows.append(_row("Uni[MASK] DoorKey quick grid (30 vmapped replicas)", "2x64, 4 heads",
                      "30x100x10", f"{r['params']:,} each", r, peak))
     print(rows[-1], flush=True)
     for mixture, name in ((False, "GPT-DT / DT, GPT-DTMA quick (hopper shapes)"),
                           (True, "GPT-DTMA / DTMA (MoA gates), same shapes")):
-        r = measure_gpt_dt(mixture, 3 if device.platform == "cpu" else 20, args.precision)
+        r = measure_gpt_dt(mixture, calls, args.precision)
         rows.append(_row(name, "4x128, 4 heads", "32x60", f"{r['params']:,}", r, peak))
         print(rows[-1], flush=True)
-    cpu = cpu_model()
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    table_section(
+    memory = harness.device_memory()
+    dtype = "bfloat16" if args.precision == "bf16" else "float32"
+    harness.table_section(
         HEADING,
-        f"Device: {device.platform} `{kind}` x{jax.device_count()}; host CPU {cpu}, "
-        f"{os.cpu_count()} cores. Command: `python benchmarks/bench_train.py"
-        f"{' --quick' if args.quick else ''}{' --precision bf16' if args.precision == 'bf16' else ''}"
-        f" --write`. Float32 parameters; {'bfloat16' if args.precision == 'bf16' else 'float32'} "
-        "activations; "
+        f"{harness.hardware_line()} (at the end; other jobs share these cores: compare rows, not "
+        f"runs). Command: `{harness.command_line('train')}`. Float32 parameters; {dtype} activations; "
         "10 optimiser steps per jitted call; compile time excluded. FLOPs per token = "
         "6N + 12·L·d·T (Kaplan convention, N = non-embedding parameters; since the step tokens' "
         "mixing map was folded into their tables, it counts as embedding: `is_embedding`). "
-        "Peak host memory "
-        f"(ru_maxrss) {peak_mib:,.0f} MiB. Load average when it finished: "
-        f"{os.getloadavg()[0]:.1f} (other jobs share these cores; compare rows, not runs). "
+        f"Peak host memory (ru_maxrss) {harness.host_peak_rss_mib():,.0f} MiB"
+        + (f", peak device memory {memory['peak_mib']:,.0f} MiB. " if memory else ". ")
         + (f"MFU = the median over {PEAK_ROUNDS} timing rounds of the round's model FLOP/s over "
-           "the peak of a jitted 4096x4096 "
-           f"{'bfloat16' if args.precision == 'bf16' else 'float32'} matmul timed right before "
-           "it (median peak in brackets, GFLOP/s): `interleaved_mfu`. "
+           f"the peak of a jitted 4096x4096 {dtype} matmul interleaved with it (median peak in "
+           "brackets, GFLOP/s): `interleaved_mfu`. "
            if PEAK_ROUNDS else f"MFU = model FLOP/s / peak, peak {peak / 1e9 if peak else 0:,.1f} "
            f"GFLOP/s ({peak_source}). ")
-        + f"Host malloc (icrl_jax/host_memory.py): {HOST_MALLOC}.",
+        + f"Host malloc (icrl_jax/core/host_memory.py): {HOST_MALLOC}.",
         ["model", "layers x width", "batch x context", "params", "tokens/s", "steps/s",
          "model GFLOP/s", "MFU"], rows, args.write)
+
 
 HEADLESS_HEADING = "## Headless-AD at the paper's bandit scale (steps/s)"
 
@@ -596,31 +465,28 @@ HEADLESS_HEADING = "## Headless-AD at the paper's bandit scale (steps/s)"
 def headless_paper(args) -> None:
     """Steps/s of the paper-scale Headless-AD bandit model at batch 4 and 32 (to compare with
     the PyTorch reference on the same machine), in its own RESULTS.md section. On a CPU each
-    timing round follows its own matmul peak (`interleaved_mfu`): on shared cores the peak moves
-    by 20% between minutes, more than most changes to the step."""
-    device = jax.devices()[0]
+    timing round is interleaved with its own matmul peak (`interleaved_mfu`): on shared cores
+    the peak moves by 20% between minutes, more than most changes to the step."""
     rows = []
     for batch, calls in ((4, 6), (32, 3)):
         r = interleaved_mfu(measure_headless_paper(batch, calls, args.precision))
-        measured = (f"{r['peak'] / 1e9:.0f} | {100 * r['mfu']:.0f}%" if "mfu" in r
-                    else "n/a | n/a")
-        rows.append(f"| {batch} | {r['steps_per_s']:.3f} | {1 / r['steps_per_s']:.2f} | "
-                    f"{r['tokens_per_s']:,.0f} | {r['params']:,} | {measured} |")
+        measured = [f"{r['peak'] / 1e9:.0f}", f"{100 * r['mfu']:.0f}%"] if "mfu" in r else ["n/a", "n/a"]
+        rows.append([batch, f"{r['steps_per_s']:.3f}", f"{1 / r['steps_per_s']:.2f}",
+                     f"{r['tokens_per_s']:,.0f}", f"{r['params']:,}", *measured])
         print(rows[-1], flush=True)
-    table_section(
+    harness.table_section(
         HEADLESS_HEADING,
-        f"Device: {device.platform} `{device.device_kind}` x{jax.device_count()}; host CPU "
-        f"{cpu_model()}, {os.cpu_count()} cores. Command: `python benchmarks/bench_train.py "
-        "--headless-paper --write`. `experiments/headless_ad/bernoulli_bandit.py` at paper "
-        "scale (4 layers, d 512, "
+        f"{harness.hardware_line()} (at the end). Command: `{harness.command_line('train')}`. "
+        "`experiments/headless_ad/bernoulli_bandit.py` at paper scale (4 layers, d 512, "
         f"64 heads, rotary, context 300 steps), {args.precision}, one optimiser step per jitted "
         f"call, 6 (batch 4) or 3 (batch 32) timed calls a round after the compiling one, "
         f"{PEAK_ROUNDS} rounds. Tokens count one per context step (the action-set prompt is not "
         f"counted); MFU is the median over rounds of the round's model FLOP/s over a 4096x4096 "
-        f"float32 matmul timed right before it (median peak in the peak column). Load average when it finished: "
-        f"{os.getloadavg()[0]:.1f}. Host malloc (icrl_jax/host_memory.py): {HOST_MALLOC}.",
+        f"float32 matmul interleaved with it (median peak in the peak column). "
+        f"Host malloc (icrl_jax/core/host_memory.py): {HOST_MALLOC}.",
         ["batch", "steps/s", "s/step", "tokens/s", "params", "peak (GFLOP/s)", "MFU"], rows,
         args.write)
 
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -65,40 +65,51 @@ def throughput(timing: Timing, params, steps_per_call: int, batch: int, context:
                 seconds_per_call=timing.seconds, rounds=len(timing.rounds))
 
 
-def time_training(build, train_data, train_config, calls: int = 1, rounds: int = 5,
-                  budget_s: float | None = None, num_replicas: int = 0, hyper=None):
-    """Time jitted calls of `train_config.steps_per_call` training steps as `train` runs them
-    (the data placed on the mesh, the state sharded): the compiling call apart, the median over
-    rounds. `build(hyper) -> (method, optimizer)`; `num_replicas` > 0: that many vmapped
-    replicas (`hyper` per replica). Returns (Timing, the last state)."""
-    from icrl_jax.pipeline.train import data_mesh, init_state, make_train_steps, place_data, state_sharding
+class TrainingCall:
+    """One jitted call of `train_config.steps_per_call` training steps as `train` runs them (the
+    data placed on the mesh, the state sharded); calling it advances `state` and returns the
+    metrics. `steps`, `data`, `seed` and `hyper` are the jitted steps' arguments (to lower it)."""
 
-    replicas = num_replicas > 0
-    # Replicas are initialised from their own keys and train with them as their seeds.
-    seed = jax.random.split(jax.random.PRNGKey(0), num_replicas) if replicas else jax.random.PRNGKey(1)
-    mesh = data_mesh(num_replicas if replicas else train_config.batch_size)
-    data = place_data(train_data.arrays, mesh)
-    if replicas:
-        state = jax.vmap(lambda k, h: init_state(build, train_data, k, h))(seed, hyper)
-    else:
-        state = init_state(build, train_data, jax.random.PRNGKey(0))
-    state = jax.device_put(state, state_sharding(mesh, replicas, num_replicas))
-    steps = make_train_steps(build, train_data, train_config, mesh, replicas, num_replicas)
-    holder = [state]
+    def __init__(self, build, train_data, train_config, num_replicas: int = 0, hyper=None):
+        from icrl_jax.pipeline.train import data_mesh, init_state, make_train_steps, place_data, state_sharding
 
-    def call():
-        holder[0], metrics = steps(holder[0], data, seed, hyper)
+        replicas = num_replicas > 0
+        # Replicas are initialised from their own keys and train with them as their seeds.
+        self.seed = jax.random.split(jax.random.PRNGKey(0), num_replicas) if replicas else jax.random.PRNGKey(1)
+        mesh = data_mesh(num_replicas if replicas else train_config.batch_size)
+        self.data, self.hyper = place_data(train_data.arrays, mesh), hyper
+        if replicas:
+            state = jax.vmap(lambda k, h: init_state(build, train_data, k, h))(self.seed, hyper)
+        else:
+            state = init_state(build, train_data, jax.random.PRNGKey(0))
+        self.state = jax.device_put(state, state_sharding(mesh, replicas, num_replicas))
+        self.steps = make_train_steps(build, train_data, train_config, mesh, replicas, num_replicas)
+
+    def __call__(self):
+        self.state, metrics = self.steps(self.state, self.data, self.seed, self.hyper)
         return metrics
 
-    timing = time_call(call, calls=calls, rounds=rounds, budget_s=budget_s)
-    return timing, holder[0]
+
+def time_training(build, train_data, train_config, calls: int = 1, rounds: int = 5,
+                  budget_s: float | None = None, num_replicas: int = 0, hyper=None, timer=None):
+    """Time jitted calls of `train_config.steps_per_call` training steps (`TrainingCall`): the
+    compiling call apart, the median over rounds. `build(hyper) -> (method, optimizer)`;
+    `num_replicas` > 0: that many vmapped replicas (`hyper` per replica). `timer(make, calls)
+    -> (Timing, TrainingCall)` times it otherwise (`make()` builds a fresh, uncompiled call).
+    Returns (Timing, the last state)."""
+    make = lambda: TrainingCall(build, train_data, train_config, num_replicas, hyper)  # noqa: E731
+    if timer is not None:
+        timing, call = timer(make, calls)
+        return timing, call.state
+    call = make()
+    return time_call(call, calls=calls, rounds=rounds, budget_s=budget_s), call.state
 
 
 def measure_experiment(config, calls: int = 1, steps_per_call: int = 10, rounds: int = 5,
-                       budget_s: float | None = None, assignments=None) -> dict:
+                       budget_s: float | None = None, assignments=None, timer=None) -> dict:
     """An experiment config's own model and optimiser, trained on histories of its own source
     (its first `data.num_train_tasks` tasks), `steps_per_call` steps a jitted call; with
-    `assignments`, one vmapped replica per assignment (a sweep's group)."""
+    `assignments`, one vmapped replica per assignment (a sweep's group); `timer`: `time_training`'s."""
     from icrl_jax.core.config import finalize
     from icrl_jax.data.histories import generate_histories
     from icrl_jax.data.sources import build_source
@@ -119,11 +130,11 @@ def measure_experiment(config, calls: int = 1, steps_per_call: int = 10, rounds:
         from icrl_jax.pipeline.train import replica_builder, replica_hyperparameters
         build = replica_builder(lambda model: build_method(config, env, model), config)
         timing, state = time_training(build, train_data, config.train, calls, rounds, budget_s,
-                                      len(assignments), replica_hyperparameters(config, assignments))
+                                      len(assignments), replica_hyperparameters(config, assignments), timer)
     else:
         optimizer = make_optimizer(config.train)
         timing, state = time_training(lambda _: (method, optimizer), train_data, config.train,
-                                      calls, rounds, budget_s)
+                                      calls, rounds, budget_s, timer=timer)
     return throughput(timing, state.params, steps_per_call, int(config.train.batch_size),
                       int(config.train.seq_len), int(config.model.num_layers),
                       int(config.model.d_model), len(assignments or [None]))
@@ -142,11 +153,11 @@ def synthetic_windows(num_actions: int = 5, num_obs: int = 81, n: int = 256, t: 
 
 def measure_ad(layers: int, d_model: int, heads: int, batch: int, context: int, precision: str = "fp32",
                calls: int = 1, rounds: int = 5, budget_s: float | None = None, steps_per_call: int = 10,
-               histories: int = 256, model: dict | None = None) -> dict:
+               histories: int = 256, model: dict | None = None, timer=None) -> dict:
     """An AD transformer of the given size (the shared transformer's defaults otherwise, so the
     attention implementation is whatever they select; `model`: other `model` fields, such as
     `position` or `attention_impl`) on 81 observations and 5 actions, trained on
-    `synthetic_windows` of `context` steps, one token a step."""
+    `synthetic_windows` of `context` steps, one token a step; `timer`: `time_training`'s."""
     from icrl_jax.core.config import default_train_config
     from icrl_jax.data.dataset import sample_windows
     from icrl_jax.data.train_data import on_device
@@ -164,5 +175,5 @@ def measure_ad(layers: int, d_model: int, heads: int, batch: int, context: int, 
     windows = synthetic_windows(n=histories, t=max(1000, 2 * context))
     train_data = on_device(jax.device_put(windows), sample_windows, context)
     timing, state = time_training(lambda _: (method, optimizer), train_data, train_config, calls,
-                                  rounds, budget_s)
+                                  rounds, budget_s, timer=timer)
     return throughput(timing, state.params, steps_per_call, batch, context, layers, d_model)
