@@ -172,7 +172,8 @@ def test_ppo_bad_input(hopper):
 def test_locomotion_builder_ids_and_replay_episodes():
     """The builder's dataset ids, and PPO's recorded experience `(U, T, num_envs, ...)` per chunk
     cut into per-env episodes (hand-worked: 2 chunks of 1 update x 3 steps, 2 envs)."""
-    from icrl_jax.data.builders import BUILDERS, LocomotionData
+    from icrl_jax.data.builders import BUILDERS
+    from icrl_jax.data.locomotion_data import LocomotionData
     assert isinstance(BUILDERS.get("locomotion"), LocomotionData)
     assert LocomotionData.ids("walker2d/medium-expert-v1") == {
         "medium": "walker2d/medium-v1", "medium-replay": "walker2d/medium-replay-v1",
@@ -210,7 +211,7 @@ def test_medium_snapshot_targets_a_third_of_the_normalised_score():
     """Medium is a third of the way from random to expert (D4RL's normalised scale), not a third
     of the expert's raw return: with walker2d-like returns (random 240, expert 540) a third of
     the raw return (180) is below random, and the old rule picked the worst snapshot."""
-    from icrl_jax.data.builders import medium_snapshot
+    from icrl_jax.data.locomotion_data import medium_snapshot
     chunk_returns = [-np.inf, 150.0, 230.0, 310.0, 345.0, 420.0, 500.0, 540.0]
     idx, target, scores = medium_snapshot(chunk_returns, 240.0, 540.0, 1 / 3)
     assert target == pytest.approx(340.0)
@@ -230,7 +231,7 @@ def test_medium_snapshot_scores_candidates_by_their_own_return():
     """Training episodes lag the agent (a halfcheetah episode spans several chunks, and a chunk
     may end none: -inf), so each candidate up to the first training crossing is scored by its own
     rollouts; a snapshot after that crossing is never evaluated."""
-    from icrl_jax.data.builders import medium_snapshot
+    from icrl_jax.data.locomotion_data import medium_snapshot
     chunk_returns = [-np.inf, -np.inf, 150.0, -np.inf, 260.0, 345.0, 420.0]
     own = {0: 20.0, 1: 180.0, 2: 335.0, 3: 390.0, 4: 430.0, 5: 470.0}
     asked = []

@@ -169,7 +169,7 @@ def test_locomotion_datasets_on_d4rl_tasks_store_d4rl_references():
     """PPO-made datasets on D4RL's tasks are normalised by D4RL's own random and expert returns
     (hopper's -20.27 and 3234.3: a return of 1422 scores 44.3); on any other env, by our own
     random and expert policies."""
-    from icrl_jax.data.builders import reference_returns
+    from icrl_jax.data.locomotion_data import reference_returns
     from icrl_jax.data.minari_io import normalized_score
     ref_min, ref_max, kind = reference_returns(GymMujoco("hopper_v5"), 5.0, 900.0)
     assert (ref_min, ref_max, kind) == (-20.272305, 3234.3, "d4rl")

@@ -13,7 +13,7 @@ import pytest
 from icrl_jax import envs
 from icrl_jax.envs.doorkey import DoorKey, cell_of
 from icrl_jax.experiments.unimask.doorkey import get_config
-from icrl_jax.papers.unimask import grid as masking_grid
+from icrl_jax.papers.unimask import appendix, grid, grid_training, report, rollouts
 from icrl_jax.pipeline import run
 from icrl_jax.pipeline.run import aggregate_runs
 from icrl_jax.pipeline import train as T
@@ -188,7 +188,7 @@ def test_clear_errors(doorkey_data, tmp_path):
     tuned = small_config(tmp_path / "grid")
     tuned.grid.num_seeds, tuned.grid.finetune_seeds = 2, 3  # "own": each seed tunes its own
     with pytest.raises(UserError, match="grid.finetune_seeds=3 with grid.finetune_from='own'"):
-        masking_grid.run_grid(tuned, history, env)
+        grid.run_grid(tuned, history, env)
     assert not os.path.exists(tuned.workdir + "/grid")  # refused before any training
     with pytest.raises(UnknownNameError, match="masking scheme"):
         UniMask(ml_collections.ConfigDict(dict(config.model.to_dict(), regime="bc")), env, K)
@@ -214,7 +214,7 @@ def test_maze_returns_table_end_to_end(tmp_path):
     config.grid.validation_episodes = 5  # early stopping evaluates every snippet of these
     config = run.resolve_config(config)
     out = run.report(config)
-    assert set(out["table"]) == {label for label, _, _ in masking_grid.RETURN_ROWS}
+    assert set(out["table"]) == {label for label, _, _ in rollouts.RETURN_ROWS}
     for row in out["table"].values():
         assert 0.0 <= row["success"][0] <= 1.0 and row["steps_to_goal"][0] <= 300
     assert len(out["per_seed"]["random-mask, RC"]) == 2
@@ -256,7 +256,7 @@ def test_paper_scale_default_is_the_papers_setting():
         "sinusoidal", False, "onehot", "relu_scaled", False, "relu")
     assert config.data.num_test_tasks == 1000 and config.grid.validation_first_task == 1000
     trained = {}
-    for _, cfg, regimes in masking_grid._group_configs(config):
+    for _, cfg, regimes in grid_training.group_configs(config):
         for regime in regimes:
             batch, embed, width, layers, heads, state_weight = TABLE_2[regime]
             assert (cfg.train.batch_size, cfg.model.d_model, cfg.model.num_layers,
@@ -270,25 +270,25 @@ def test_paper_scale_default_is_the_papers_setting():
     assert set(trained) == set(TABLE_2)
     assert trained["random"].train.num_steps == 50_000
     # Early stopping of ALL / random: the six non-dynamics tasks.
-    assert masking_grid.watched_tasks("random", config.grid.stop_on) == [True] * 6 + [False] * 2
+    assert grid_training.watched_tasks("random", config.grid.stop_on) == [True] * 6 + [False] * 2
     # Fine-tuning: from random-mask seed 0, their per-task epochs, rates and batch sizes.
     assert config.grid.finetune_from == "seed0"
     budget = {t: (cfg.train.num_steps, b[t]["learning_rate"], cfg.train.batch_size)
-              for _, cfg, tasks, b in masking_grid._finetune_groups(config) for t in tasks}
+              for _, cfg, tasks, b in grid_training.finetune_groups(config) for t in tasks}
     assert budget["behaviour_cloning"] == (10000 * 2, 5e-6, 250)
     assert budget["reward_conditioned"] == (500 * 10, 5e-6, 50)
     assert budget["inverse_dynamics"] == (1500 * 10, 1e-5, 50)
     assert budget["past_inference"] == (500 * 2, 5e-6, 250)
     # Cheapest group first (steps x batch x tasks); behaviour cloning + forward dynamics last.
-    groups = masking_grid._finetune_groups(config)
+    groups = grid_training.finetune_groups(config)
     costs = [cfg.train.num_steps * cfg.train.batch_size * len(tasks) for _, cfg, tasks, _ in groups]
     assert costs == sorted(costs) and set(groups[-1][2]) == {"behaviour_cloning", "forward_dynamics"}
     assert groups[0][2] == ["reward_conditioned"]
     # The budgets follow the data size: at 50 trajectories an epoch is one batch.
     small = get_config("paper_n50")
-    steps = {r: cfg.train.num_steps for _, cfg, rs in masking_grid._group_configs(small) for r in rs}
+    steps = {r: cfg.train.num_steps for _, cfg, rs in grid_training.group_configs(small) for r in rs}
     assert steps["random"] == 100_000 and steps["behaviour_cloning"] == 15_000
-    mlp = masking_grid._mlp_config(config)  # Table 2's MLPs: 3 hidden layers of 128
+    mlp = grid_training.mlp_config(config)  # Table 2's MLPs: 3 hidden layers of 128
     assert (mlp.model.backbone, mlp.model.mlp_layers, mlp.model.mlp_width,
             mlp.model.state_weight) == ("mlp", 3, 128, 0.5)
     assert mlp.train.num_steps == 10000 * (500 // mlp.train.batch_size)
@@ -298,33 +298,33 @@ def test_paper_scale_default_is_the_papers_setting():
 
 
 def test_appendix_comparison_and_best_normalised_heatmap():
-    paper = masking_grid.APPENDIX_RAW[500]
+    paper = appendix.APPENDIX_RAW[500]
     mean = {r: [v * 1.1 for v in vals] for r, vals in paper.items()}  # ours 10% above
     mean["random"] = [v * 1.3 for v in paper["random"]]
     sem = {r: [0.01] * 8 for r in mean}
-    text = masking_grid.appendix_comparison(mean, sem, 500, 3)
+    text = appendix.appendix_comparison(mean, sem, 500, 3)
     # 11 rows x 8 columns, less the 4 x 4 untrained-head cells; random's 8 are off by 30%.
     assert "Cells within 15% of the appendix: 64 of 72 compared" in text
     bc = next(line for line in text.splitlines() if line.startswith("| behaviour_cloning"))
     assert bc.split(" | ")[5] == "7.25 / 7.98 ± 0.01 / 1.10 *u*"  # past inference, marked
-    best = masking_grid.best_normalised({"a": [1.0, 4.0], "b": [2.0, 2.0]})
+    best = report.best_normalised({"a": [1.0, 4.0], "b": [2.0, 2.0]})
     assert best == {"a": [1.0, 2.0], "b": [2.0, 1.0]}
     with pytest.raises(UserError, match="50, 500 and 1000"):
-        masking_grid.appendix_comparison(mean, sem, 200, 3)
+        appendix.appendix_comparison(mean, sem, 200, 3)
 
 
 def test_data_size_report_from_three_grids(tmp_path):
     rng = np.random.default_rng(0)
-    rows = list(TASKS) + ["random", masking_grid.FINETUNED]
+    rows = list(TASKS) + ["random", appendix.FINETUNED]
     made = {}
     for size in (1000, 50, 500):
         config = get_config("quick")
         config.data.num_train_tasks = size
         losses = {r: rng.uniform(0.5, 2.0, (3, 8)) / np.log10(size) for r in rows}
-        result = masking_grid.summarise(losses, 1.0, config)
+        result = report.summarise(losses, 1.0, config)
         workdir = tmp_path / f"n{size}"
         workdir.mkdir()
-        masking_grid.write_heatmaps(result, str(workdir))
+        report.write_heatmaps(result, str(workdir))
         (workdir / "config.json").write_text(json.dumps({"report": {"kind": "grid"}}))
         made[size] = losses
     out = tmp_path / "sizes"
@@ -344,9 +344,9 @@ def test_data_size_report_from_three_grids(tmp_path):
         assert table["rows"]["(MLP) random"][task]["mean"] == [None] * 3  # not in these grids
     assert set(table["claims"]) == {"50", "500", "1000"}
     with pytest.raises(UserError, match="repeat a data size"):
-        masking_grid.data_size_report([str(tmp_path / "n50"), str(tmp_path / "n50")], str(out))
+        report.data_size_report([str(tmp_path / "n50"), str(tmp_path / "n50")], str(out))
     with pytest.raises(UserError, match="no heatmap.json"):
-        masking_grid.data_size_report([str(tmp_path / "n50"), str(tmp_path)], str(out))
+        report.data_size_report([str(tmp_path / "n50"), str(tmp_path)], str(out))
 
 
 def test_expert_wall_rules_by_hand():

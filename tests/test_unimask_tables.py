@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from icrl_jax.core.errors import UserError
-from icrl_jax.papers.unimask import grid as G
+from icrl_jax.papers.unimask import appendix
 
 from helpers import ROOT, load_script
 
@@ -20,15 +20,15 @@ def _module():
 def test_a_written_table_reads_back_to_three_figures_and_rows_not_run_are_nan(tmp_path):
     rng = np.random.default_rng(0)
     mean = {"random": rng.uniform(0.5, 8, 8).tolist(), "behaviour_cloning": rng.uniform(1, 8, 8)}
-    mean[G.FINETUNED] = np.r_[rng.uniform(0.5, 2, 7), np.nan].tolist()  # one column not tuned
+    mean[appendix.FINETUNED] = np.r_[rng.uniform(0.5, 2, 7), np.nan].tolist()  # one column not tuned
     mean = {r: list(v) for r, v in mean.items()}
     sem = {r: (0.01 * np.abs(np.asarray(v))).tolist() for r, v in mean.items()}
     path = tmp_path / "page.md"
-    path.write_text("# a page\n\nsome text\n\n" + G.appendix_comparison(mean, sem, 500, 3)
+    path.write_text("# a page\n\nsome text\n\n" + appendix.appendix_comparison(mean, sem, 500, 3)
                     + "\nmore text\n")
     table = _module().read_table(str(path), 500)
     assert table["seeds"] == 3
-    assert list(table["rows"]) == list(G.APPENDIX_RAW[500])  # every appendix row, in order
+    assert list(table["rows"]) == list(appendix.APPENDIX_RAW[500])  # every appendix row, in order
     for row, values in mean.items():
         got_mean, got_sem = table["rows"][row]
         np.testing.assert_allclose(got_mean, values, rtol=5e-3)
@@ -39,10 +39,10 @@ def test_a_written_table_reads_back_to_three_figures_and_rows_not_run_are_nan(tm
 
 
 def test_the_heatmaps_are_drawn_from_the_table(tmp_path):
-    mean = {r: list(v) for r, v in G.APPENDIX_RAW[500].items()}
+    mean = {r: list(v) for r, v in appendix.APPENDIX_RAW[500].items()}
     sem = {r: [0.01] * 8 for r in mean}
     page = tmp_path / "page.md"
-    page.write_text(G.appendix_comparison(mean, sem, 500, 3))
+    page.write_text(appendix.appendix_comparison(mean, sem, 500, 3))
     _module().main(str(page), "500", str(tmp_path / "out"))
     for name in ("heatmap_raw.png", "heatmap_best.png", "heatmap.json"):
         assert (tmp_path / "out" / name).stat().st_size > 0

@@ -1,9 +1,9 @@
 """Decision Transformer on hopper, D4RL-style medium / medium-replay / medium-expert data.
 
-Data (`data.builder="locomotion"`, icrl_jax/data/builders.py `LocomotionData`): one on-device PPO
+Data (`data.builder="locomotion"`, icrl_jax/data/locomotion_data.py `LocomotionData`): one on-device PPO
 run (data/sources/ppo.py) trains to `data.expert_steps`; its last agent is our expert, and the
 agent whose own return is nearest a third of the way from the random to the expert return
-(normalised score ~33; `medium_snapshot` in builders.py) is "medium".
+(normalised score ~33; `medium_snapshot` in locomotion_data.py) is "medium".
 Three Minari datasets are written under the workdir, all storing the random and expert returns
 (the D4RL-normalised score's 0 and 100): `medium` (the medium policy, `num_train_tasks` x
 `num_steps` = 1M steps as D4RL), `medium-replay` (PPO's experience up to the medium agent) and

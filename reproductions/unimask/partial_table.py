@@ -19,7 +19,10 @@ import numpy as np
 from icrl_jax.core.metrics import seed_mean_sem
 from icrl_jax.pipeline.train import latest_checkpoint_step
 from icrl_jax.experiments.unimask.doorkey import get_config
-from icrl_jax.papers.unimask import grid as G
+from icrl_jax.papers.unimask.appendix import FINETUNED, appendix_comparison
+from icrl_jax.papers.unimask.grid_training import finetune_groups, group_configs
+from icrl_jax.papers.unimask.masks import TASKS
+from icrl_jax.papers.unimask.report import summarise, write_heatmaps
 
 
 def _saved(workdir: str, name: str):
@@ -41,7 +44,7 @@ def _progress(row: str, name: str, done: int, total: int, steps) -> str:
 def main(workdir: str, preset: str, out: str | None = None) -> None:
     config = get_config(preset)
     mean, sem, progress, losses = {}, {}, [], {}
-    for name, cfg, regimes in G._group_configs(config):
+    for name, cfg, regimes in group_configs(config):
         saved = _saved(workdir, name)
         if saved is None:
             continue
@@ -53,34 +56,34 @@ def main(workdir: str, preset: str, out: str | None = None) -> None:
                                       best["step"][i * seeds:(i + 1) * seeds]))
     # "random+finetune": each column from the model fine-tuned on that column's task.
     tuned = {}
-    for name, cfg, tasks, _ in G._finetune_groups(config):
+    for name, cfg, tasks, _ in finetune_groups(config):
         saved = _saved(workdir, name)
         if saved is None:
             continue
         (best, done), total = saved, int(cfg.train.num_steps)
         seeds = len(best["score"]) // len(tasks)
         for j, task in enumerate(tasks):
-            tuned[task] = best["losses"][j * seeds:(j + 1) * seeds, list(G.TASKS).index(task)]
-            progress.append(_progress(f"{G.FINETUNED}: {task}", name, done, total,
+            tuned[task] = best["losses"][j * seeds:(j + 1) * seeds, list(TASKS).index(task)]
+            progress.append(_progress(f"{FINETUNED}: {task}", name, done, total,
                                       best["step"][j * seeds:(j + 1) * seeds]))
     if tuned:
         seeds = max(len(v) for v in tuned.values())
-        row = np.full((seeds, len(G.TASKS)), np.nan)
+        row = np.full((seeds, len(TASKS)), np.nan)
         for task, values in tuned.items():
-            row[:len(values), list(G.TASKS).index(task)] = values
-        losses[G.FINETUNED] = row
+            row[:len(values), list(TASKS).index(task)] = values
+        losses[FINETUNED] = row
     with warnings.catch_warnings():  # columns not fine-tuned yet are all NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         for row, values in losses.items():
             mean[row], sem[row] = (x.tolist() for x in seed_mean_sem(values))
     seeds = ", ".join(sorted({str(len(v)) for v in losses.values()}))
-    print(G.appendix_comparison(mean, sem, int(config.data.num_train_tasks), seeds))
+    print(appendix_comparison(mean, sem, int(config.data.num_train_tasks), seeds))
     print("| Row | group | steps trained (of the authors' budget) | best step per seed |\n"
           "|---|---|---|---|")
     print("\n".join(progress))
     if out:
         os.makedirs(out, exist_ok=True)
-        G.write_heatmaps(G.summarise(losses, 0.0, config), out)
+        write_heatmaps(summarise(losses, 0.0, config), out)
 
 
 if __name__ == "__main__":

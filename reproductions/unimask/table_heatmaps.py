@@ -17,7 +17,8 @@ import sys
 import numpy as np
 
 from icrl_jax.core.errors import UserError
-from icrl_jax.papers.unimask import grid as G
+from icrl_jax.papers.unimask.masks import TASKS
+from icrl_jax.papers.unimask.report import listed, write_heatmaps
 
 #: A compared cell: the appendix's value, ours and its s.e.m. (a row not run: "- / -").
 CELL = re.compile(r"^\s*\S+ / (\S+) ± (\S+) / ")
@@ -47,12 +48,12 @@ def read_table(path: str, size: int) -> dict:
 def main(path: str, size: str, out: str) -> None:
     table = read_table(path, int(size))
     rows = {r: v for r, v in table["rows"].items() if not np.isnan(v[0]).all()}
-    result = dict(tasks=list(G.TASKS), rows=list(rows), seeds=table["seeds"],
+    result = dict(tasks=list(TASKS), rows=list(rows), seeds=table["seeds"],
                   num_train_trajectories=int(size),
-                  mean={r: G._listed(m) for r, (m, _) in rows.items()},
-                  sem={r: G._listed(s) for r, (_, s) in rows.items()})
+                  mean={r: listed(m) for r, (m, _) in rows.items()},
+                  sem={r: listed(s) for r, (_, s) in rows.items()})
     os.makedirs(out, exist_ok=True)
-    G.write_heatmaps(result, out)
+    write_heatmaps(result, out)
 
 
 if __name__ == "__main__":
