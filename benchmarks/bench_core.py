@@ -2,12 +2,16 @@
 evaluation env-steps/s (Headless-AD with the key/value cache and with the recomputed window; DT
 on the button room) and sweep assignments/hour.
 
-One measurement process per (tree, workload), the trees alternating A B A B, so load on the
-shared cores hits both alike; the section reports each run and the new/old ratio of the medians.
+One measurement process per (tree, workload), the trees alternating A B A B
+(`harness.compare_trees`), so load on the shared cores hits both alike; the section reports each
+run and the new/old ratio of the medians.
 
-    git worktree add /tmp/oldtree <commit before the refactor>
-    python benchmarks/bench_core.py --old /tmp/oldtree [--repeats 2] [--write]
-    python benchmarks/bench_core.py --measure --tree DIR   # one tree's numbers as JSON
+    git worktree add ../old <commit before the refactor>
+    python -m benchmarks core --old ../old [--repeats 2] [--write]
+    python -m benchmarks core --measure --workload train   # this tree's numbers as JSON
+
+The workloads tolerate the APIs of before the one core (the `hasattr` branches), which is what
+they were compared with.
 """
 
 from __future__ import annotations
@@ -15,14 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
-from results import best_seconds, cpu_model, write_section  # benchmarks/results.py (this script's directory)
+from benchmarks import harness
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTION = "## The one core vs the four pipelines (side by side)"
 
 
@@ -62,13 +63,8 @@ def train_tokens_per_second() -> float:
         state = T.init_train_state(method, optimizer, data, key, context, mesh)
         steps = T.make_train_step(method, optimizer, batch, context, 10, mesh)
         call = lambda s: steps(s, data, key)  # noqa: E731
-    holder = [state]
-
-    def run():
-        holder[0], metrics = call(holder[0])
-        return metrics
-
-    return 10 * batch * context / best_seconds(run, repeats=3)
+    timing, _ = harness.time_stateful(call, state, rounds=3)
+    return timing.rate(10 * batch * context)
 
 
 def eval_steps_per_second() -> dict[str, float]:
@@ -110,9 +106,9 @@ def eval_steps_per_second() -> dict[str, float]:
     tasks = env.task_params(np.arange(num_envs))
     for name, max_steps in (("headless_ad_cache", steps), ("headless_ad_recompute", None)):
         policy = in_context_source(method, params, env, steps, False, max_steps=max_steps)
-        seconds = best_seconds(lambda: generate_histories(env, policy, tasks, steps,
-                                                          jax.random.PRNGKey(2)).actions, repeats=1)
-        out[name] = num_envs * steps / seconds
+        timing = harness.time_call(lambda: generate_histories(env, policy, tasks, steps,  # noqa: B023
+                                                              jax.random.PRNGKey(2)).actions, rounds=1)
+        out[name] = timing.rate(num_envs * steps)
 
     room = envs.make("button_room", size=5, episode_length=20)
     context, num_envs, steps = 10, 80, 100
@@ -138,7 +134,7 @@ def eval_steps_per_second() -> dict[str, float]:
         from icrl_jax.methods.dt_rollout import make_rollout
         rollout = make_rollout(dt, room, context, steps, False)
         run = lambda: rollout(dt_params, tasks, 10.0, jax.random.PRNGKey(3))["rewards"]  # noqa: E731
-    out["msat_button_room"] = num_envs * steps / best_seconds(run, repeats=1)
+    out["msat_button_room"] = harness.time_call(run, rounds=1).rate(num_envs * steps)
     return out
 
 
@@ -179,71 +175,59 @@ def sweep_assignments_per_hour() -> float:
                                             os.path.join(scratch, d), **kept)
     else:
         run = lambda d: S.train_assignments(config, env, windows, assignments, seeds)  # noqa: E731
-    run("compile")
-    start = time.perf_counter()
-    jax.block_until_ready(run("timed"))
-    return 3600 * len(assignments) / (time.perf_counter() - start)
+    names = iter(["compile", "timed"])  # each call its own work directory
+    return harness.time_call(lambda: run(next(names)), rounds=1).rate(3600 * len(assignments))
 
 
 WORKLOADS = {"train": train_tokens_per_second, "eval": eval_steps_per_second,
              "sweep": sweep_assignments_per_hour}
 
 
-def measure(tree: str, workload: str) -> dict:
-    """One workload on one tree, in a fresh process with that tree first on the path."""
-    env = dict(os.environ, PYTHONPATH=tree, JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", "--tree", tree,
-                          "--workload", workload], cwd=tree, env=env, capture_output=True,
-                         text=True)
-    if out.returncode:
-        raise RuntimeError(f"{workload} on {tree} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--old", help="work tree of the code before the refactor")
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks core", description=__doc__.split("\n")[0])
+    ap.add_argument("--old", help="a checkout of the code before the refactor (required unless --measure)")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--write", action="store_true")
-    ap.add_argument("--measure", action="store_true")
-    ap.add_argument("--tree", default=ROOT)
-    ap.add_argument("--workload", choices=sorted(WORKLOADS))
-    args = ap.parse_args()
+    ap.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    ap.add_argument("--measure", action="store_true", help="one workload in this process, as JSON")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="train")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if args.measure:
+        harness.choose_device("cpu")
+        harness.check_tree()
         value = WORKLOADS[args.workload]()
         print(json.dumps(value if isinstance(value, dict) else {args.workload: value}))
         return
+    if not args.old:
+        ap.error("--old DIR is required (a checkout to compare with)")
     runs: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
-    load_before = os.getloadavg()[0]
+    load_before = harness.load_average()
+    trees = {"old": os.path.abspath(args.old), "new": harness.ROOT}
+
+    def collect(label, result):
+        for name, value in result.items():
+            runs[label].setdefault(name, []).append(value)
+            print(f"{label} {name}: {value:,.1f}", flush=True)
+
     for _ in range(args.repeats):
         for workload in WORKLOADS:
-            for label, tree in (("old", args.old), ("new", ROOT)):
-                for name, value in measure(tree, workload).items():
-                    runs[label].setdefault(name, []).append(value)
-                    print(f"{label} {name}: {value:,.1f}", flush=True)
+            harness.compare_trees(trees, "benchmarks.bench_core", ["--measure", "--workload", workload],
+                                  on_result=collect)
     import numpy as np
     units = {"train": "tokens/s", "sweep": "assignments/hour"}
-    rows = []
-    for name in runs["new"]:
-        old, new = np.median(runs["old"][name]), np.median(runs["new"][name])
-        rows.append(f"| {name} | {units.get(name, 'env steps/s')} | "
-                    f"{' / '.join(f'{v:,.0f}' for v in runs['old'][name])} | "
-                    f"{' / '.join(f'{v:,.0f}' for v in runs['new'][name])} | {new / old:.2f}x |")
-    text = "\n".join([
-        SECTION, "",
-        f"Command: `python benchmarks/bench_core.py --old <worktree of the parent of the one-core "
-        f"commits> --repeats {args.repeats} --write`. Hardware: {cpu_model()}, "
+    rows = [[name, units.get(name, "env steps/s"), " / ".join(f"{v:,.0f}" for v in runs["old"][name]),
+             " / ".join(f"{v:,.0f}" for v in runs["new"][name]),
+             f"{np.median(runs['new'][name]) / np.median(runs['old'][name]):.2f}x"] for name in runs["new"]]
+    harness.table_section(
+        SECTION,
+        f"Command: `python -m benchmarks core --old <worktree of {harness.commit_of(args.old)}> "
+        f"--repeats {args.repeats} --write`. Hardware: {harness.cpu_model()}, "
         f"{os.cpu_count()} cores, CPU backend; load average {load_before:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after. Each number is one fresh process; old and new alternate "
+        f"{harness.load_average():.1f} after. Each number is one fresh process; old and new alternate "
         "(A B A B). train: the small AD model (2x64, batch 64 x 100), 10 steps per jitted call. "
         "eval: Headless-AD on 100 bandits x 300 steps (context 300) with the key/value cache and "
         "with the recomputed window; M-SAT on 80 button rooms x 100 steps (context 10). sweep: "
-        "8 n-gram Dark Room assignments x 200 updates as one vmapped group.", "",
-        "| workload | unit | old (each run) | new (each run) | new / old (medians) |",
-        "| --- | --- | --- | --- | --- |", *rows])
-    print(text)
-    if args.write:
-        write_section(SECTION, text)
+        "8 n-gram Dark Room assignments x 200 updates as one vmapped group.",
+        ["workload", "unit", "old (each run)", "new (each run)", "new / old (medians)"], rows, args.write)
 
 
 if __name__ == "__main__":
