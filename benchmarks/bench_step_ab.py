@@ -1,18 +1,16 @@
 """The whole training step with and without one change, in one process.
 
-    python benchmarks/bench_step_ab.py --reference REFERENCE [--rows small,main_job] [--rounds 12]
+    python -m benchmarks step_ab --reference REFERENCE [--rows small,main_job] [--rounds 12]
 
-REFERENCE: attention_backward_einsum, attention_dropout_float_mask, dense_plain_dot_general,
-dropout_bits_halves, dropout_mask_last_axis, embeddings_lapack_qr, sample_row_then_window,
-tokens_concat_mix or one_device.
+REFERENCE: one of `REFERENCES` (`--help` lists them).
 
-`bench_train.py --old` runs each checkout in its own processes; on these shared cores a
+`python -m benchmarks train --old` runs each checkout in its own processes; on shared cores a
 process's throughput moves by up to 25% between repeats of the same code, more than most changes
-to the step. Here one process compiles the step of a `bench_train.py` row twice, once traced with
+to the step. Here one process compiles the step of a `train` suite row twice, once traced with
 a function of this checkout replaced by a reference implementation (`REFERENCES`, the code the
-change replaced), and calls the two in turn for `--rounds` rounds: the same load hits both, and
-the ratio of the medians is what to read. Nothing is written to RESULTS.md; quote the printed
-lines.
+change replaced), and calls the two in turn for `--rounds` rounds (`harness.interleave`): the
+same load hits both, and the median of the round-by-round ratios is what to read. Nothing is
+written to RESULTS.md; quote the printed table.
 """
 
 from __future__ import annotations
@@ -20,17 +18,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import os
 import subprocess
 import sys
 import types
 
-import bench_train as B  # this directory; it also puts this checkout on sys.path
-from bench_sampling import row_then_window
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
+
+from benchmarks import bench_train as B
+from benchmarks import harness
+from benchmarks.bench_sampling import row_then_window
 
 
 def _einsum_contract_queries(a, b):
@@ -47,7 +46,8 @@ def _lapack_orthonormal_columns(matrix):
 
 def _bits_keep_mask(key, keep, shape):
     """Dropout masks from the 16-bit halves of `jax.random.bits` words (before the unrolled
-    Threefry of `icrl_jax.models.dropout.keep_mask`)."""
+    Threefry of `icrl_jax.models.dropout.keep_mask`; residual dropout's masks: attention dropout
+    draws its own, `AttentionDropout`)."""
     from icrl_jax.models.dropout import LEVELS
     last = shape[-1]
     words = jax.random.bits(key, shape[:-1] + ((last + 1) // 2,), jnp.uint32)
@@ -65,7 +65,7 @@ class _AtCommit:
         self.commit, self.path, self.attribute = commit, path, attribute
 
     def load(self):
-        source = subprocess.run(["git", "-C", B.ROOT, "show", f"{self.commit}:{self.path}"],
+        source = subprocess.run(["git", "-C", harness.ROOT, "show", f"{self.commit}:{self.path}"],
                                 check=True, capture_output=True, text=True).stdout
         module = types.ModuleType(f"at_{self.commit}")
         sys.modules[module.__name__] = module  # flax's dataclasses look their module up
@@ -84,7 +84,8 @@ REFERENCES = {
     "attention_backward_einsum": ("icrl_jax.models.attention", "_contract_queries",
                                   _einsum_contract_queries),
     "dropout_bits_halves": ("icrl_jax.models.dropout", "keep_mask", _bits_keep_mask),
-    # Dropout masks laid out along their own last axis (before the `(shape[0], rest)` rows).
+    # Residual dropout's masks laid out along their own last axis (before the `(shape[0], rest)`
+    # rows).
     "dropout_mask_last_axis": ("icrl_jax.models.dropout", "keep_mask",
                                _AtCommit("6426ffa", "icrl_jax/models/dropout.py", "keep_mask")),
     "embeddings_lapack_qr": ("icrl_jax.papers.headless_ad.method", "orthonormal_columns",
@@ -94,17 +95,18 @@ REFERENCES = {
     # (3D, D) product a step).
     "tokens_concat_mix": ("icrl_jax.methods.ad,icrl_jax.papers.headless_ad.method", "ADStepTokens",
                           _AtCommit("73148c5", "icrl_jax/models/tokens.py", "ADStepTokens")),
-    # Attention dropout's scaled float mask kept for the backward pass (before Dropout.mask).
-    "attention_dropout_float_mask": ("icrl_jax.models.transformer", "MultiHeadAttention",
-                                     _AtCommit("f3225b0", "icrl_jax/models/attention.py",
-                                               "MultiHeadAttention")),
+    # Attention dropout's keep bits four to a Threefry hash, the halves of its two words
+    # interleaved along the keys (before one hash per (row, column)).
+    "attention_dropout_four_per_hash": ("icrl_jax.models.attention", "AttentionDropout",
+                                        _AtCommit("21a397a", "icrl_jax/models/attention_masks.py",
+                                                  "AttentionDropout")),
     # Dense layers through `jax.lax.dot_general`, XLA choosing the kernel gradient's transpose
     # (before `matmul.dense_dot_general`).
     "dense_plain_dot_general": ("icrl_jax.models.transformer,icrl_jax.models.attention",
                                 "dense_dot_general", jax.lax.dot_general),
     # The step on one device of this process's one-per-core CPU devices: both share the
     # process's thread pool, so this is the one-device training a plain JAX process runs.
-    "one_device": ("bench_train", "data_mesh", _one_device_mesh),
+    "one_device": ("icrl_jax.pipeline.train", "data_mesh", _one_device_mesh),
 }
 
 
@@ -124,26 +126,33 @@ def _replaced(module_names: str, attribute: str, value):
             setattr(module, attribute, original)
 
 
-def main():
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks step_ab", description=__doc__.split("\n")[0])
     parser.add_argument("--reference", choices=tuple(REFERENCES), required=True)
     parser.add_argument("--rows", default="small,main_job",
                         help=f"comma-separated, of {', '.join(B.ROWS_BEFORE_AFTER)}")
     parser.add_argument("--rounds", type=int, default=12)
-    args = parser.parse_args()
+    parser.add_argument("--calls", type=int, default=0, help="calls a round (default: 3, 1 for Headless-AD)")
+    parser.add_argument("--device", choices=("cpu", "gpu", "tpu"))
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     rows = args.rows.split(",")
     unknown = [row for row in rows if row not in B.ROWS_BEFORE_AFTER]
     if unknown:
         parser.error(f"unknown rows {unknown}; available: {', '.join(B.ROWS_BEFORE_AFTER)}")
+    B.prepare_process(args.device)
     B.AB_REFERENCE = lambda: _replaced(*REFERENCES[args.reference])
     B.AB_ROUNDS = args.rounds
+    lines = []
     for row in rows:
-        B.ROWS_BEFORE_AFTER[row][1](1 if row.startswith("headless") else 3)
-        old, new = B.AB_SECONDS["reference"], B.AB_SECONDS["this checkout"]
-        print(f"{row}: reference {old * 1e3:.1f} ms per call, this checkout {new * 1e3:.1f} ms "
-              f"({old / new:.3f}x); {args.rounds} rounds, load average {os.getloadavg()[0]:.1f}",
-              flush=True)
+        B.ROWS_BEFORE_AFTER[row][1](args.calls or (1 if row.startswith("headless") else 3))
+        seconds, ratios = B.LAST_AB.seconds, B.LAST_AB.ratios
+        lines.append([row, f"{seconds['reference'] * 1e3:.1f}", f"{seconds['this checkout'] * 1e3:.1f}",
+                      f"{ratios['this checkout']:.3f}x"])
+        print(lines[-1], flush=True)
+    print(f"\n{args.reference}, {args.rounds} rounds. {harness.hardware_line()}\n")
+    print(harness.markdown_table(["row", "reference (ms a call)", "this checkout (ms a call)",
+                                  "speed-up (median of round ratios)"], lines))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
