@@ -1,8 +1,10 @@
-"""Where a training step's time goes: one jitted call of a `bench_train.py` row traced with the
+"""Where a training step's time goes: one jitted call of a `train` suite row traced with the
 JAX profiler, each executed XLA operation's time attributed to the model part that made it
 (from the `op_name` metadata the compiled program keeps), forward and backward apart.
 
-    python benchmarks/profile_train.py [--row main_job] [--tree DIR] [--write]
+    python -m benchmarks profile_train [--row main_job] [--tree DIR] [--write]
+
+`--tree DIR` profiles another checkout's code (`harness.run_in_tree`).
 
 The categories are read off the names of our modules (`attention`, `mlp`, `Dropout`, `ngram_`,
 `norm`, `tokens`, ...), so the table says which part of the model to speed up. An operation
@@ -23,8 +25,8 @@ import re
 import sys
 import tempfile
 
-import bench_train as B  # this directory; it also puts the measured checkout on sys.path
-from results import table_section
+from benchmarks import bench_train as B
+from benchmarks import harness
 
 #: (category, pattern in the operation's op_name), first match wins.
 CATEGORIES = (
@@ -83,33 +85,51 @@ def profile(row: str, trace_dir: str) -> tuple[dict, float, dict]:
     return times, sum(times.values()), result
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--row", default="main_job", choices=tuple(B.ROWS_BEFORE_AFTER))
-    parser.add_argument("--tree", default=B.ROOT, help="the checkout measured (bench_train.py)")
-    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
-    args = parser.parse_args()
+def profile_json(row: str) -> dict:
+    """`profile` of `row` in this process, as JSON: "category|pass" -> microseconds."""
+    harness.check_tree()
     with tempfile.TemporaryDirectory() as trace_dir:
-        times, total, result = profile(args.row, trace_dir)
+        times, total, result = profile(row, trace_dir)
+    return {"times": {f"{name}|{side}": us for (name, side), us in times.items()}, "total": total,
+            "tokens_per_s": result["tokens_per_s"]}
+
+
+def main(argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks profile_train", description=__doc__.split("\n")[0])
+    parser.add_argument("--row", default="main_job", choices=tuple(B.ROWS_BEFORE_AFTER))
+    parser.add_argument("--tree", help="another checkout to profile (default: this one)")
+    parser.add_argument("--json", action="store_true", help="print the profile as JSON (what --tree runs)")
+    parser.add_argument("--device", choices=("cpu", "gpu", "tpu"))
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.tree:
+        tree = os.path.abspath(args.tree)
+        found = harness.run_in_tree(tree, "benchmarks.profile_train", ["--row", args.row, "--json"]
+                                    + (["--device", args.device] if args.device else []))
+    else:
+        tree = harness.ROOT
+        B.prepare_process(args.device)
+        found = profile_json(args.row)
+        if args.json:
+            return print(json.dumps(found))
+    times = collections.Counter({tuple(key.split("|")): us for key, us in found["times"].items()})
+    total = found["total"]
     by_category = collections.Counter()
     for (name, _), microseconds in times.items():
         by_category[name] += microseconds
-    rows = [f"| {name} | {100 * by_category[name] / total:.0f}% "
-            f"| {100 * times[(name, 'forward')] / total:.0f}% "
-            f"| {100 * times[(name, 'backward')] / total:.0f}% |"
-            for name, _ in by_category.most_common()]
-    commit = os.popen(f"git -C {args.tree} rev-parse --short HEAD").read().strip()
-    heading = f"## Where the training step's time goes: {args.row} at {commit}"
-    table_section(
-        heading,
-        f"Command: `python benchmarks/profile_train.py --row {args.row}"
-        f"{'' if args.tree == B.ROOT else ' --tree <worktree of ' + commit + '>'} --write`. "
+    rows = [[name, f"{100 * by_category[name] / total:.0f}%", f"{100 * times[(name, 'forward')] / total:.0f}%",
+             f"{100 * times[(name, 'backward')] / total:.0f}%"] for name, _ in by_category.most_common()]
+    commit = harness.commit_of(tree)
+    harness.table_section(
+        f"## Where the training step's time goes: {args.row} at {commit}",
+        f"Command: `python -m benchmarks profile_train --row {args.row}"
+        f"{' --tree <worktree of ' + commit + '>' if args.tree else ''} --write`. "
         f"{B.ROWS_BEFORE_AFTER[args.row][0]}; one jitted call traced with the JAX profiler "
-        f"on {os.cpu_count()} CPU cores (load average {os.getloadavg()[0]:.1f}); each XLA "
-        f"operation's time is attributed by its `op_name` (`CATEGORIES`). Executed operations "
-        f"took {total / 1e3:,.0f} ms in the traced call; untraced throughput "
-        f"{result['tokens_per_s']:,.0f} tokens/s.",
+        f"({harness.hardware_line()}); each XLA operation's time is attributed by its `op_name` "
+        f"(`CATEGORIES`). Executed operations took {total / 1e3:,.0f} ms in the traced call; untraced "
+        f"throughput {found['tokens_per_s']:,.0f} tokens/s.",
         ["part of the step", "share", "forward", "backward"], rows, args.write)
+
 
 if __name__ == "__main__":
     sys.exit(main())
