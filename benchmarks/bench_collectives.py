@@ -22,13 +22,14 @@ HEADING = "## Gradient all-reduce on CPU devices: one buffer per leaf vs one fla
 
 
 def small_model_leaves():
-    """The parameter shapes of `bench_train.py`'s small row (2x64 AD, 81 observations)."""
+    """The parameter shapes of the `train` suite's small row (2x64 AD, 81 observations)."""
     import jax
     import jax.numpy as jnp
-    from bench_train import benchmark_model, synthetic_data
+    from benchmarks.bench_train import benchmark_model
+    from benchmarks.training import synthetic_windows
     from icrl_jax.data.dataset import sample_windows
     method, _ = benchmark_model(2, 64, 4, 64, 100)
-    example = sample_windows(jax.tree.map(jnp.asarray, synthetic_data(t=1000)),
+    example = sample_windows(jax.tree.map(jnp.asarray, synthetic_windows(t=1000)),
                              jax.random.key(0), 1, 100)
     return [x.shape for x in jax.tree.leaves(method.init(jax.random.key(0), example))]
 

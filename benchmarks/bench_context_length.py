@@ -2,7 +2,7 @@
 8 heads, ALiBi positions) trained on 512 to 4,096-token windows, dense and blockwise attention
 side by side.
 
-`python -m benchmarks.bench_context_length [--contexts 512,1024,2048,4096] [--batch 8]
+`python -m benchmarks context_length [--contexts 512,1024,2048,4096] [--batch 8]
 [--impls dense,blockwise] [--dense-up-to 2048] [--write]`: each (context, attention) point runs in
 a child process of its own (`--point CONTEXT IMPL`), so that its peak resident memory is its own:
 the child times its jitted training step (`training.measure_ad`: the first call, compiling, apart;
@@ -94,7 +94,7 @@ def main(argv=None):
              f"the compiling one; one child process per row, peak RSS its own. MFU: model FLOPs "
              f"(6N + 12 L d T per token) over a 4096^3 matmul's FLOP/s in the same process. "
              f"{harness.hardware_line()}. "
-             f"`{harness.command_line('bench_context_length')}`")
+             f"`{harness.command_line('context_length')}`")
     harness.table_section(HEADING, prose, ["context", "attention", "steps/s", "tokens/s", "MFU",
                                            "peak RSS (GiB)", "notes"], rows, args.write)
 
