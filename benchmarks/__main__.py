@@ -22,6 +22,21 @@ SUITES = {
     "gpu_attention": ("benchmarks.gpu_attention", "the accelerator suite's slow or failing training rows with "
                       "model.attention_impl forced (cudnn, dense, blockwise, pallas): speed, compile time and "
                       "the attention kernels that ran", "<= 200 s on one GPU; about a minute with --tiny on a CPU"),
+    "train": ("benchmarks.bench_train", "training tokens/s, model FLOP/s and MFU of every model we train (AD sizes, "
+              "the main job, Uni[MASK]'s grid, GPT-DT / DTMA); --headless-paper: Headless-AD at the paper's scale; "
+              "--old DIR: rows before/after, one process each, the checkouts alternating",
+              "10-20 min on a 2-core CPU (--quick: a few); --headless-paper about 10 min"),
+    "context_length": ("benchmarks.bench_context_length", "AD at XLand-100B's size (8x512, ALiBi) on 512-4,096-token "
+                       "windows, dense and blockwise attention: steps/s, MFU, peak RSS, one process a point",
+                       "an hour or more on a CPU; minutes on a GPU"),
+    "scaling": ("benchmarks.bench_scaling", "data-parallel training over 1-8 CPU devices and 2 processes "
+                "(jax.distributed): tokens/s and the loss", "about 5 min on a CPU"),
+    "core": ("benchmarks.bench_core", "training, in-context evaluation and sweeps against another checkout "
+             "(--old DIR), one process per (tree, workload), the trees alternating", "10-20 min on a CPU"),
+    "step_ab": ("benchmarks.bench_step_ab", "the whole training step with one function replaced by the code a "
+                "change replaced (--reference), both in one process, interleaved", "a few minutes a row on a CPU"),
+    "profile_train": ("benchmarks.profile_train", "where a training step's time goes: one traced call, XLA "
+                      "operations by model part, forward and backward apart", "a minute or two a row on a CPU"),
     "envs": ("benchmarks.bench_envs", "env steps/s of our envs beside gymnax's bandit, 1-65,536 envs",
              "minutes on a CPU (--quick: 10x fewer steps)"),
     "eval_scaling": ("benchmarks.bench_eval_scaling",
