@@ -7,7 +7,7 @@ decay, dropouts and label smoothing. "one by one" trains K assignments in sequen
 compiled single-replica program (hyperparameters are traced, so it compiles once); "vmapped"
 trains the same K side by side in one program. Compilation is timed separately (first call)
 and excluded from the rate. Like `icrl-jax`, it runs one XLA CPU device per core
-(`icrl_jax/cpu_devices.py`; `ICRL_JAX_CPU_DEVICES=1` for one).
+(`icrl_jax/core/cpu_devices.py`; `ICRL_JAX_CPU_DEVICES=1` for one).
 
     python benchmarks/bench_sweep.py [--preset quick] [--steps 200] [--replicas 4 8] [--no-write]
 """

@@ -38,8 +38,7 @@ from icrl_jax.core import validation as V
 from icrl_jax.envs.base import ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids
 
-ATOMIC_MOVES = ("up", "down", "left", "right", "noop")
-#: (row, col) displacement of each atomic move, int32 `(5, 2)`.
+#: (row, col) displacement of each atomic move (up, down, left, right, no-op), int32 `(5, 2)`.
 _MOVE_DELTAS = np.array([[-1, 0], [1, 0], [0, -1], [0, 1], [0, 0]], dtype=np.int32)
 NOOP = 4
 

@@ -1,4 +1,4 @@
-"""icrl_jax/cpu_devices.py: one CPU device per core unless told otherwise, and `data_mesh` takes
+"""icrl_jax/core/cpu_devices.py: one CPU device per core unless told otherwise, and `data_mesh` takes
 the devices a batch (or a replica count) divides over, so any batch trains on a multi-device
 CPU host."""
 

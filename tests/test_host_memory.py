@@ -1,4 +1,4 @@
-"""icrl_jax/host_memory.py: with glibc's huge-page tunable, a jitted call's large output costs a
+"""icrl_jax/core/host_memory.py: with glibc's huge-page tunable, a jitted call's large output costs a
 page fault per huge page instead of one per 4 KiB page; `icrl-jax` re-executes itself once to
 set it, and the opt-out keeps glibc's defaults."""
 

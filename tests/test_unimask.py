@@ -321,7 +321,7 @@ def test_data_size_report_from_three_grids(tmp_path):
         config = get_config("quick")
         config.data.num_train_tasks = size
         losses = {r: rng.uniform(0.5, 2.0, (3, 8)) / np.log10(size) for r in rows}
-        result = report.summarise(losses, 1.0, config)
+        result = report.summarise(losses, config, 1.0)
         workdir = tmp_path / f"n{size}"
         workdir.mkdir()
         report.write_heatmaps(result, str(workdir))

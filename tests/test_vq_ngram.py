@@ -1,5 +1,5 @@
 """The n-gram paper's pixel pipeline (sec. 2.3) on tiny synthetic pixel stores: VQ-VAE
-pretraining (`icrl_jax/vq_pretrain.py`: loss falls, exact resume, reuse), the pretrained VQ on
+pretraining (`icrl_jax/papers/ngram/vq_pretrain.py`: loss falls, exact resume, reuse), the pretrained VQ on
 disk and its errors, VQ codes as n-gram ids built from the model config, the configs' errors and
 presets, and `train` end to end (VQ stage, AD + n-gram on VQ codes, the in-context policy)."""
 

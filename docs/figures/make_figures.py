@@ -594,7 +594,7 @@ def grid_path(env, params, state, targets, steps: int):
     cell of `targets` in turn (row first), then standing still."""
     import jax
     import jax.numpy as jnp
-    moves = {(-1, 0): 0, (1, 0): 1, (0, -1): 2, (0, 1): 3}  # envs.darkroom.ATOMIC_MOVES order
+    moves = {(-1, 0): 0, (1, 0): 1, (0, -1): 2, (0, 1): 3}  # the order of envs/darkroom.py's atomic moves
     key = jax.random.PRNGKey(0)
     positions, rewards, target = [np.asarray(state.pos)], [], 0
     for _ in range(steps):

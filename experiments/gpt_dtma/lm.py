@@ -1,7 +1,7 @@
 """Language pretraining for GPT-DTMA (`icrl-jax pretrain-lm --config experiments/gpt_dtma/lm.py`).
 
 A small GPT-2 (our `models/gpt2.py`) learns next-byte prediction on natural-language text
-(`lm.corpus`, default CPython's pydoc topics, see `icrl_jax/lm_pretrain.py`), and is written in
+(`lm.corpus`, default CPython's pydoc topics, see `icrl_jax/papers/gpt_dtma/lm_pretrain.py`), and is written in
 Hugging Face format to `<workdir>/hf/`, with its validation bits per byte and its Markov heads in
 `lm.json`. GPT-2 small's own weights, where a user has them, load with `models/gpt2.load_hf_gpt2`.
 

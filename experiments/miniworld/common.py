@@ -1,13 +1,13 @@
 """What the Miniworld AD experiments share (n-gram paper, sec. 4 and appendices B-D, Table 2b).
 
-Run by the one pipeline (`icrl-jax generate|train|evaluate`, `icrl_jax/run.py`):
+Run by the one pipeline (`icrl-jax generate|train|evaluate`, `icrl_jax/pipeline/run.py`):
 noise-distillation learning histories of the privileged oracle (epsilon decaying over each
 history) are recorded through the bridge into a uint8 `PixelStore`; AD with a CNN observation
 encoder trains end to end on windows from the prefetching loader; the trained model is evaluated
 in context on held-out tasks through the bridge, next to the oracle source and a random policy.
 
 AD + n-gram layers (`ngram_presets`, sec. 2.3): `train` first pretrains a VQ-VAE on the store's
-frames (the `vq` section, `icrl_jax/vq_pretrain.py`, into `<pixel store>/vq/`), then the n-gram
+frames (the `vq` section, `icrl_jax/papers/ngram/vq_pretrain.py`, into `<pixel store>/vq/`), then the n-gram
 layers match steps whose 4x4 VQ codes are all equal (`model.ngram_match="vq"`), in training and
 in the in-context rollouts alike. Observations are still embedded by AD's CNN (the paper embeds
 them with the VQ encoder; this repo keeps one observation encoder for both methods).

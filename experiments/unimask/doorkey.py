@@ -29,7 +29,7 @@ random masking's budget.
 from icrl_jax.experiments.unimask import add_unimask_fields
 from icrl_jax.core.config import apply_preset, base_config
 
-#: The regimes trained (methods/unimask_masks.py REGIMES; configs import no jax): the eight
+#: The regimes trained (papers/unimask/masks.py REGIMES; configs import no jax): the eight
 #: evaluation tasks, ALL and random masking.
 REGIMES = ("behaviour_cloning", "reward_conditioned", "goal_conditioned", "waypoint_conditioned",
            "past_inference", "future_inference", "forward_dynamics", "inverse_dynamics", "all",

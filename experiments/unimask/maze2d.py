@@ -2,7 +2,7 @@
 
 `icrl-jax report --config experiments/unimask/maze2d.py` trains behaviour-cloning,
 reward-conditioned, goal-conditioned and random-mask models from every seed
-(`icrl_jax/masking_grid.py`, `grid.evaluate="returns"`) and rolls them out on held-out start and
+(`icrl_jax/papers/unimask/rollouts.py`, `grid.evaluate="returns"`) and rolls them out on held-out start and
 goal pairs: the random-mask model acting by behaviour cloning, by reward conditioning (return-to-go
 1.1 x the return of the dataset episode with the nearest initial state) and by goal
 conditioning, against the single-task models. Writes `returns.json` and `returns.png`.

@@ -4,7 +4,7 @@ A method is registered with `@register` (see `methods/__init__.py`) and provides
 
 * `from_config(config, env, model_config)`: build it for an environment;
 * `init(key, example) -> params` and `loss(params, batch, key) -> (loss, metrics)`: what the one
-  trainer (`icrl_jax/train.py`) optimises;
+  trainer (`icrl_jax/pipeline/train.py`) optimises;
 * `training_data(dataset, config, env) -> TrainData`: the view of a stored dataset it trains on
   (step windows of learning histories, trajectory windows, or a loader over a pixel store);
 * `policies(params, env, config) -> {name: ParamSource}`: how the trained model acts, run by the

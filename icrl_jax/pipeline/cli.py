@@ -267,9 +267,9 @@ def main() -> None:
         print(f"usage: {usage()}\n\nflags: --config FILE[:preset], --config.KEY=VALUE, --runs DIR, "
               f"--out DIR, --labels NAME (`icrl-jax --helpfull` lists every flag)")
         return
-    reexec_with_huge_pages()  # first: glibc reads the tunable at start (icrl_jax/host_memory.py)
+    reexec_with_huge_pages()  # first: glibc reads the tunable at start (icrl_jax/core/host_memory.py)
     try:
-        use_one_device_per_core()  # before JAX starts (icrl_jax/cpu_devices.py)
+        use_one_device_per_core()  # before JAX starts (icrl_jax/core/cpu_devices.py)
     except ValueError as e:
         print(f"icrl-jax: {e}", file=sys.stderr)
         sys.exit(2)

@@ -44,11 +44,6 @@ SCORES = (("model_first_episode_return", "first episode"),
           ("normalised_score", "normalised (random 0, source 1)"))
 
 
-def is_seed_run(path: str) -> bool:
-    """Whether `path` is a run directory this report reads (it holds `eval.json`)."""
-    return os.path.isfile(os.path.join(path, "eval.json"))
-
-
 def load_seed_runs(paths: list[str]) -> list[dict]:
     """Each run's `eval.json` with `env`, `group` ("<env>: <label>"), `seed` and `path` added."""
     runs = []

@@ -110,7 +110,7 @@ def run_grid(config, dataset, env) -> dict[str, Any]:
     if len(grid.dt_regimes):
         group = dt_group(config, env, dataset, validation, seeds)
         record(group.run(int(group.config.grid.eval_every), show), list(grid.dt_regimes), "(DT) ")
-    result = summarise(rows, time.perf_counter() - start, config)
+    result = summarise(rows, config, time.perf_counter() - start)
     if "random" in best_by_regime:
         best, i = best_by_regime["random"]
         params = jax.tree.map(lambda x: jnp.asarray(x[i * num_seeds]), ReplicaGroup.params_of(best))

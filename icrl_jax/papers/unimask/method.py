@@ -7,7 +7,7 @@ timestep / max_timestep): positions are the snippet's own (`position="learned"`)
 tells the model the horizon. The backbone is the shared `Transformer` with `causal=False`, or an
 MLP over the flattened snippet (`model.backbone="mlp"`, the paper's baseline). Separate heads
 give state-factor logits and action logits per token; the loss is the softmax cross entropy of
-the predicted tokens (`methods/unimask_masks.py`), action and state parts weighted by
+the predicted tokens (`papers/unimask/masks.py`), action and state parts weighted by
 `model.action_weight` : `model.state_weight` (Table 2's "Action:State loss").
 
 The training regime (`model.regime`: a name in `unimask_masks.REGIMES`, or its index, which may

@@ -18,8 +18,9 @@ from icrl_jax.papers.unimask.appendix import APPENDIX_RAW, FINETUNED, appendix_c
 from icrl_jax.papers.unimask.masks import TASKS
 
 
-def summarise(rows: dict[str, np.ndarray], seconds: float, config) -> dict[str, Any]:
-    """Means, standard errors, normalised values and the paper's claims of a grid's losses."""
+def summarise(rows: dict[str, np.ndarray], config, seconds: float | None = None) -> dict[str, Any]:
+    """Means, standard errors, normalised values and the paper's claims of a grid's losses;
+    `wall_seconds` when `seconds` (the grid's training time) is given."""
     tasks = list(TASKS)
     stats = {r: seed_mean_sem(v) for r, v in rows.items()}
     mean = {r: s[0] for r, s in stats.items()}
@@ -28,7 +29,7 @@ def summarise(rows: dict[str, np.ndarray], seconds: float, config) -> dict[str, 
         tasks=tasks, rows=list(rows), seeds=int(config.grid.num_seeds),
         num_train_trajectories=int(config.data.num_train_tasks),
         num_validation_trajectories=int(config.data.num_test_tasks),
-        wall_seconds=round(seconds, 1),
+        **({} if seconds is None else {"wall_seconds": round(seconds, 1)}),
         losses={r: listed(v) for r, v in rows.items()},
         mean={r: listed(v) for r, v in mean.items()},
         sem={r: listed(v) for r, v in sem.items()})
