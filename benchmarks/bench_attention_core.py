@@ -1,12 +1,16 @@
 """The attention core and dropout masks of this checkout against another one, in one process.
 
-`python benchmarks/bench_attention_core.py --old DIR [--write]`: DIR is a checkout (a `git
-worktree` of an older commit). Its `icrl_jax/models/attention.py` is loaded under another module
-name next to this checkout's, and the two `dot_product_attention`s (causal blocks, forward and
-backward, with each checkout's own dropout masks applied through the `dropout` argument) and the
-two dropout layers alone are timed alternately, median of many calls: the same cores' load hits
-both alike, so the ratio is what to read. Both checkouts need `icrl_jax/models/dropout.py` and
-attention dropout through `Dropout.mask`'s interface (f3225b0 and later).
+`python -m benchmarks attention_core --old DIR [--tiny] [--write]`: DIR is a checkout (a `git
+worktree` of an older commit). Its `icrl_jax/models/attention.py` and `dropout.py` are loaded
+under other module names next to this checkout's (what they import from the rest of `icrl_jax`
+is this checkout's), and the two `dot_product_attention`s (causal, forward and backward, with
+each checkout's own attention dropout) and the dropout masks alone are timed interleaved
+(`harness.interleave`): the same cores' load hits both alike, so the ratio is what to read.
+
+Attention dropout is passed as each checkout's attention takes it: an `AttentionDropout` draw
+(keep bits hashed from (batch, head, row, column)) where its attention.py has one, else the
+older callable `dropout(shape) -> (bool mask, scale)` built on its `dropout.keep_mask`
+(f3225b0 and later; earlier checkouts are refused).
 """
 
 from __future__ import annotations
@@ -14,16 +18,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import subprocess
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from benchmarks.harness import cpu_model, table_section  # noqa: E402
+from benchmarks import harness
 
 HEADING = "## Attention core and dropout masks, before and after (one process)"
 
@@ -34,12 +34,15 @@ ATTENTION_CASES = (
     ("Headless-AD paper scale", 4, 300, 64, 8, 0.22, 8),
     ("medium model", 64, 200, 8, 32, 0.0, 10),
 )
-#: (label, shape, rate, calls)
+#: (label, shape, rate, calls); a 4-d shape is attention weights `(B, H, T, S)`, dropped by each
+#: checkout's attention dropout, else residual dropout through `keep_mask`.
 DROPOUT_CASES = (
     ("main job's residual dropout", (64, 100, 64), 0.1, 60),
     ("Headless-AD paper scale residual dropout", (4, 300, 512), 0.12, 60),
     ("Uni[MASK]'s attention dropout, one replica's weights", (100, 4, 10, 10), 0.1, 60),
 )
+#: `--tiny`: the first attention and dropout cases, a few calls (a check that it runs).
+TINY_CALLS = 3
 
 
 def _load(path: str, name: str):
@@ -50,97 +53,115 @@ def _load(path: str, name: str):
     return module
 
 
-def mask_dropout(keep_mask):
-    """dropout(rate) -> (x, key) -> x through a checkout's `keep_mask`."""
-    def make(rate):
-        def apply(x, key):
-            mask, kept = keep_mask(key, 1.0 - rate, x.shape)
-            return jax.lax.select(mask, x * (1.0 / kept), jnp.zeros_like(x))
-        return apply
-    return make
+def residual_dropout(keep_mask, rate):
+    """(x, key) -> x dropped at `rate` through a checkout's `keep_mask`."""
+    def apply(x, key):
+        mask, kept = keep_mask(key, 1.0 - rate, x.shape)
+        return jax.lax.select(mask, x * (1.0 / kept), jnp.zeros_like(x))
+    return apply
+
+
+def attention_dropout(side: dict, rate):
+    """key -> what `side`'s `dot_product_attention` takes as `dropout` (None at rate 0)."""
+    if not rate:
+        return lambda key: None
+    if side["AttentionDropout"] is not None:
+        return lambda key: side["AttentionDropout"].from_key(key, rate)
+
+    def callable_dropout(key):
+        keys = iter(jax.random.split(key, 8))  # one per causal block
+
+        def drop(shape):  # the bool mask and the kept values' scale
+            keep, kept = side["keep_mask"](next(keys), 1.0 - rate, shape)
+            return keep, 1.0 / kept
+        return drop
+    return callable_dropout
+
+
+def weights_dropout(side: dict, rate):
+    """(weights `(B, H, T, S)`, key) -> the weights dropped as `side`'s attention drops them."""
+    if side["AttentionDropout"] is None:
+        return residual_dropout(side["keep_mask"], rate)
+
+    def apply(w, key):
+        draw = side["AttentionDropout"].from_key(key, rate)
+        return draw.apply(w, draw.keep(*w.shape[:2], 0, w.shape[2], 0, w.shape[3]))
+    return apply
 
 
 def versions(old_root: str) -> dict:
-    """name -> (dot_product_attention, keep_mask) of each checkout. Both need the attention
-    dropout interface of `Dropout.mask` (a shape in, a bool mask and a scale out: f3225b0 and
-    later)."""
-    from icrl_jax.models.attention import dot_product_attention
-    from icrl_jax.models.dropout import keep_mask
+    """name -> {"attention": dot_product_attention, "keep_mask": ..., "AttentionDropout": the
+    class or None} of each checkout."""
+    from icrl_jax.models import attention, dropout
     old_dropout_path = os.path.join(old_root, "icrl_jax/models/dropout.py")
     if not os.path.exists(old_dropout_path):
         raise SystemExit(f"{old_root} has no icrl_jax/models/dropout.py: pick a later commit")
     old_attention = _load(os.path.join(old_root, "icrl_jax/models/attention.py"), "old_attention")
-    return {"old": (old_attention.dot_product_attention,
-                    _load(old_dropout_path, "old_dropout").keep_mask),
-            "new": (dot_product_attention, keep_mask)}
+    old_dropout = _load(old_dropout_path, "old_dropout")
+    side = lambda a, d: {"attention": a.dot_product_attention, "keep_mask": d.keep_mask,  # noqa: E731
+                         "AttentionDropout": getattr(a, "AttentionDropout", None)}
+    return {"old": side(old_attention, old_dropout), "new": side(attention, dropout)}
 
 
-def alternate(functions: dict, args: tuple, calls: int) -> dict:
-    """Median milliseconds per call of each function, called in turn `calls` times."""
-    for f in functions.values():
-        jax.block_until_ready(f(*args))
-    times = {name: [] for name in functions}
-    for _ in range(calls):
-        for name, f in functions.items():
-            start = time.perf_counter()
-            jax.block_until_ready(f(*args))
-            times[name].append(time.perf_counter() - start)
-    return {name: 1e3 * float(np.median(t)) for name, t in times.items()}
+def attention_gradient(side: dict, rate, mask):
+    draw = attention_dropout(side, rate)
 
-
-def attention_gradient(attention, keep_mask, rate, mask):
     def loss(q, k, v, key):
-        drop = None
-        if rate:
-            keys = iter(jax.random.split(key, 8))  # one per causal block
-
-            def drop(shape):  # `Dropout.mask`'s pair: the bool mask and the kept values' scale
-                keep, kept = keep_mask(next(keys), 1.0 - rate, shape)
-                return keep, 1.0 / kept
-        return (attention(q, k, v, mask, causal_from=0, dropout=drop) ** 2).sum()
+        return (side["attention"](q, k, v, mask, causal_from=0, dropout=draw(key)) ** 2).sum()
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
 
-def main():
+def alternate(functions: dict, args: tuple, calls: int) -> dict:
+    """Milliseconds per call of each function (median) and the old / new ratio (median of the
+    rounds' ratios), the functions called in turn `calls` rounds (`harness.interleave`)."""
+    ab = harness.interleave({name: (lambda f=f: f(*args)) for name, f in functions.items()}, rounds=calls)
+    return {**{name: 1e3 * t for name, t in ab.seconds.items()}, "ratio": ab.ratios["new"]}
+
+
+def main(argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks attention_core", description=__doc__.split("\n")[0])
+    parser.add_argument("--old", required=True, help="a checkout to compare with")
+    parser.add_argument("--tiny", action="store_true", help="one attention case with dropout, one "
+                        f"dropout case, {TINY_CALLS} calls each (a check that it runs)")
+    parser.add_argument("--device", choices=("cpu", "gpu", "tpu"))
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    harness.choose_device(args.device)
     from icrl_jax.core.host_memory import reexec_with_huge_pages
     reexec_with_huge_pages()  # as the CLI runs (both checkouts share this process)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--old", required=True, help="a checkout to compare with")
-    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
-    args = parser.parse_args()
     sides = versions(os.path.abspath(args.old))
+    attention_cases = [ATTENTION_CASES[1][:-1] + (TINY_CALLS,)] if args.tiny else ATTENTION_CASES
+    dropout_cases = [DROPOUT_CASES[2][:-1] + (TINY_CALLS,)] if args.tiny else DROPOUT_CASES
     rows = []
-    for label, batch, steps, heads, width, rate, calls in ATTENTION_CASES:
+    for label, batch, steps, heads, width, rate, calls in attention_cases:
         q, k, v = jax.random.normal(jax.random.PRNGKey(0), (3, batch, steps, heads, width))
         mask = jnp.tril(jnp.ones((1, 1, steps, steps), bool))
-        ms = alternate({name: attention_gradient(attention, keep_mask, rate, mask)
-                        for name, (attention, keep_mask) in sides.items()},
+        ms = alternate({name: attention_gradient(side, rate, mask) for name, side in sides.items()},
                        (q, k, v, jax.random.PRNGKey(1)), calls)
-        rows.append(f"| attention core, forward + backward: {label}, batch {batch} x {steps}, "
-                    f"{heads} heads of {width}, dropout {rate} | {ms['old']:.2f} | "
-                    f"{ms['new']:.2f} | {ms['old'] / ms['new']:.2f}x |")
+        rows.append([f"attention core, forward + backward: {label}, batch {batch} x {steps}, "
+                     f"{heads} heads of {width}, dropout {rate}", f"{ms['old']:.2f}", f"{ms['new']:.2f}",
+                     f"{ms['ratio']:.2f}x"])
         print(rows[-1], flush=True)
-    for label, shape, rate, calls in DROPOUT_CASES:
+    for label, shape, rate, calls in dropout_cases:
         x = jax.random.normal(jax.random.PRNGKey(0), shape)
-        ms = alternate({name: jax.jit(jax.grad(
-                            lambda x, key, d=mask_dropout(keep_mask): (d(rate)(x, key) ** 2).sum()))  # noqa: B008
-                        for name, (_, keep_mask) in sides.items()},
-                       (x, jax.random.PRNGKey(1)), calls)
-        rows.append(f"| dropout alone, forward + backward: {label}, {shape}, rate {rate} | "
-                    f"{ms['old']:.2f} | {ms['new']:.2f} | {ms['old'] / ms['new']:.2f}x |")
+        drops = {name: weights_dropout(side, rate) if len(shape) == 4 else residual_dropout(side["keep_mask"], rate)
+                 for name, side in sides.items()}
+        ms = alternate({name: jax.jit(jax.grad(lambda x, key, d=d: (d(x, key) ** 2).sum()))
+                        for name, d in drops.items()}, (x, jax.random.PRNGKey(1)), calls)
+        rows.append([f"dropout alone, forward + backward: {label}, {shape}, rate {rate}",
+                     f"{ms['old']:.2f}", f"{ms['new']:.2f}", f"{ms['ratio']:.2f}x"])
         print(rows[-1], flush=True)
-    commit = lambda tree: subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree,  # noqa: E731
-                                         capture_output=True, text=True).stdout.strip()
-    table_section(
+    harness.table_section(
         HEADING,
-        f"Command: `python benchmarks/bench_attention_core.py --old <worktree of "
-        f"{commit(args.old)}> --write`, this checkout at {commit(ROOT)}. Device: "
-        f"{jax.devices()[0].platform}, {os.cpu_count()} cores ({cpu_model()}); "
-        f"load average when it finished {os.getloadavg()[0]:.1f}. float32; one jitted gradient "
+        f"Command: `python -m benchmarks attention_core --old <worktree of "
+        f"{harness.commit_of(args.old)}>{' --tiny' if args.tiny else ''} --write`, this checkout at "
+        f"{harness.commit_of(harness.ROOT)}. {harness.hardware_line()} (when it finished). float32; "
+        "one jitted gradient "
         "with respect to q, k and v (attention) or x (dropout); median milliseconds per call, the "
-        "two checkouts called in turn; glibc malloc on huge pages as the CLI runs.",
+        "two checkouts called in turn; ratio: the median of the rounds' old / new; glibc malloc on "
+        "huge pages as the CLI runs.",
         ["what", "before (ms)", "after (ms)", "ratio"], rows, args.write)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
