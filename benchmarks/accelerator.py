@@ -249,8 +249,8 @@ def _probe_windows(env, config):
     import jax
     import numpy as np
 
-    from icrl_jax.data.dataset import to_step_windows
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.windows import to_step_windows
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources import uniform_random
     return to_step_windows(generate_histories(env, uniform_random(), env.task_params(np.arange(1)),
                                               config.train.seq_len, jax.random.PRNGKey(0)))
@@ -335,7 +335,7 @@ def measure_histories(name: str, tiny: bool, budget_s: float) -> dict:
     import numpy as np
 
     from icrl_jax import envs
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources import q_learning, thompson_sampling
 
     n = 64 if tiny else 10_000

@@ -27,7 +27,7 @@ def small_model_leaves():
     import jax.numpy as jnp
     from benchmarks.bench_train import benchmark_model
     from benchmarks.training import synthetic_windows
-    from icrl_jax.data.dataset import sample_windows
+    from icrl_jax.data.windows import sample_windows
     method, _ = benchmark_model(2, 64, 4, 64, 100)
     example = sample_windows(jax.tree.map(jnp.asarray, synthetic_windows(t=1000)),
                              jax.random.key(0), 1, 100)

@@ -33,8 +33,8 @@ def workloads(only: str | None = None):
 
     from icrl_jax.experiments.ad import darkroom, key_to_door
     from icrl_jax.experiments.headless_ad import bernoulli_bandit
-    from icrl_jax.data.dataset import to_step_windows
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.windows import to_step_windows
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources import uniform_random
     from icrl_jax.methods import build_method
     from icrl_jax.pipeline.run import build_env
@@ -74,7 +74,7 @@ def main() -> None:
     import jax
 
     from benchmarks.harness import cpu_model, table_section
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.methods.in_context import in_context_source
 
     rows = []

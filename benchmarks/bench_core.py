@@ -31,7 +31,7 @@ def train_tokens_per_second() -> float:
     """The small AD model of the quick presets (2x64, batch 64 x context 100), 10 steps a call."""
     import jax
     import numpy as np
-    from icrl_jax.data.dataset import sample_windows, to_step_windows
+    from icrl_jax.data.windows import sample_windows, to_step_windows
     from icrl_jax.data.history import History
     from icrl_jax.methods.ad import AD
     from icrl_jax.core.config import default_train_config
@@ -76,8 +76,8 @@ def eval_steps_per_second() -> dict[str, float]:
     import numpy as np
     from icrl_jax import envs
     from icrl_jax.envs.bandits import BernoulliBandit
-    from icrl_jax.data.dataset import StepWindows
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.windows import StepWindows
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
     from icrl_jax.papers.msat.method import MSAT
     from icrl_jax.core.config import default_transformer_config
@@ -146,7 +146,7 @@ def sweep_assignments_per_hour() -> float:
     from icrl_jax import envs
     from icrl_jax.experiments.ngram.darkroom import get_config
     from icrl_jax.tools import sweep as S
-    from icrl_jax.data.dataset import sample_windows, to_step_windows
+    from icrl_jax.data.windows import sample_windows, to_step_windows
     from icrl_jax.data.history import History
 
     config = get_config("quick")

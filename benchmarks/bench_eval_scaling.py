@@ -103,8 +103,8 @@ def init_params(method, env, config, key):
         example = jax.tree.map(lambda x: x[None],
                                empty_context(method, obs, config.train.seq_len))
         return method.init(key, example)
-    from icrl_jax.data.dataset import to_step_windows
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.windows import to_step_windows
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources import uniform_random
     probe = to_step_windows(generate_histories(env, uniform_random(), env.task_params(
         np.arange(1)), config.train.seq_len, jax.random.PRNGKey(0)))

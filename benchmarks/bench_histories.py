@@ -51,7 +51,7 @@ def run_thompson(n, sampler, repeats):
     import jax
     import numpy as np
     from icrl_jax import envs
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources import thompson_sampling
     env = envs.make("bernoulli_bandit", arms=20)
     params = env.task_params(np.arange(n))
@@ -99,7 +99,7 @@ def run_q_learning(n, repeats):
     import jax
     import numpy as np
     from icrl_jax import envs
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.core.metrics import episode_returns_ragged
     from icrl_jax.data.sources import q_learning
     env = envs.make("darkroom_composite")

@@ -97,7 +97,7 @@ def child_ours(args) -> dict:
     from icrl_jax.pipeline import run as R
     from icrl_jax.pipeline import train as T
     from icrl_jax.core.config import set_dotted
-    from icrl_jax.data.dataset import StepWindows
+    from icrl_jax.data.windows import StepWindows
     from icrl_jax.experiments.headless_ad.bernoulli_bandit import get_config
     from icrl_jax.methods import build_method
 

@@ -43,7 +43,7 @@ def measure(devices: int, rounds: int = 7, calls: int = 10) -> list[str]:
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    import icrl_jax.data.dataset as dataset
+    import icrl_jax.data.windows as dataset
     from icrl_jax.pipeline.train import data_mesh, place_data
 
     if jax.device_count() != devices:

@@ -41,7 +41,7 @@ def worker(coordinator: str, num_processes: int, process_id: int) -> None:
 
     from benchmarks.bench_train import benchmark_model
     from benchmarks.training import synthetic_windows
-    from icrl_jax.data.dataset import sample_windows
+    from icrl_jax.data.windows import sample_windows
     from icrl_jax.data.train_data import on_device
     from icrl_jax.pipeline.train import data_mesh, init_state, make_optimizer, make_train_steps
 

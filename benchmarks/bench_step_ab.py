@@ -90,7 +90,7 @@ REFERENCES = {
                                _AtCommit("6426ffa", "icrl_jax/models/dropout.py", "keep_mask")),
     "embeddings_lapack_qr": ("icrl_jax.papers.headless_ad.method", "orthonormal_columns",
                              _lapack_orthonormal_columns),
-    "sample_row_then_window": ("icrl_jax.data.dataset", "window_at", row_then_window),
+    "sample_row_then_window": ("icrl_jax.data.windows", "window_at", row_then_window),
     # The step tokens before the mixing map was folded into the embeddings (one (B, T, 3D) x
     # (3D, D) product a step).
     "tokens_concat_mix": ("icrl_jax.methods.ad,icrl_jax.papers.headless_ad.method", "ADStepTokens",

@@ -31,10 +31,10 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import envs  # noqa: E402
-from icrl_jax.data.dataset import sample_windows  # noqa: E402
+from icrl_jax.data.windows import sample_windows  # noqa: E402
 from icrl_jax.data.train_data import on_device  # noqa: E402
 from icrl_jax.tools import sweep as S  # noqa: E402
-from icrl_jax.data.dataset import to_step_windows  # noqa: E402
+from icrl_jax.data.windows import to_step_windows  # noqa: E402
 from icrl_jax.data.history import History  # noqa: E402
 from icrl_jax.experiments.ngram.darkroom import get_config  # noqa: E402
 

@@ -150,7 +150,7 @@ def measure_unimask(num_replicas, calls, precision="fp32"):
 
     from icrl_jax import envs
     from icrl_jax.experiments.unimask.doorkey import REGIMES, get_config
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources import build_source
     from icrl_jax.papers.unimask.method import UniMask
     from icrl_jax.papers.unimask.masks import regime_index

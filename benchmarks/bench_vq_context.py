@@ -29,7 +29,7 @@ def build(num_envs: int):
 
     from icrl_jax.envs.host.specs import MiniworldRoom
     from icrl_jax.experiments.miniworld import ad_darkroom
-    from icrl_jax.data.dataset import StepWindows
+    from icrl_jax.data.windows import StepWindows
     from icrl_jax.data.rollout import SourceOnHost
     from icrl_jax.methods.ad import AD
     from icrl_jax.methods.in_context import in_context_source

@@ -188,7 +188,7 @@ def training_parts(spec: Spec, implementation: str, tiny: bool):
     if spec.model == "xland_4096":
         from benchmarks.training import synthetic_windows
         from icrl_jax.core.config import default_train_config
-        from icrl_jax.data.dataset import sample_windows
+        from icrl_jax.data.windows import sample_windows
         from icrl_jax.data.train_data import on_device
         from icrl_jax.methods.ad import AD
         from icrl_jax.methods.fields import ad_model_config
@@ -205,7 +205,7 @@ def training_parts(spec: Spec, implementation: str, tiny: bool):
         return AD(model, 5, 81), make_optimizer(train), _DATA[spec.model], train, layers, d_model
 
     from icrl_jax.core.config import finalize
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources import build_source
     from icrl_jax.methods import build_method
     from icrl_jax.pipeline import run as R

@@ -111,7 +111,7 @@ def measure_experiment(config, calls: int = 1, steps_per_call: int = 10, rounds:
     (its first `data.num_train_tasks` tasks), `steps_per_call` steps a jitted call; with
     `assignments`, one vmapped replica per assignment (a sweep's group); `timer`: `time_training`'s."""
     from icrl_jax.core.config import finalize
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources import build_source
     from icrl_jax.methods import build_method
     from icrl_jax.pipeline import run as R
@@ -142,7 +142,7 @@ def measure_experiment(config, calls: int = 1, steps_per_call: int = 10, rounds:
 
 def synthetic_windows(num_actions: int = 5, num_obs: int = 81, n: int = 256, t: int = 1000):
     """AD training windows over random Dark-Room-shaped histories (`n` of `t` steps)."""
-    from icrl_jax.data.dataset import to_step_windows
+    from icrl_jax.data.windows import to_step_windows
     from icrl_jax.data.history import History
     rng = np.random.default_rng(0)
     obs = rng.integers(0, num_obs, (n, t)).astype(np.int32)
@@ -159,7 +159,7 @@ def measure_ad(layers: int, d_model: int, heads: int, batch: int, context: int, 
     `position` or `attention_impl`) on 81 observations and 5 actions, trained on
     `synthetic_windows` of `context` steps, one token a step; `timer`: `time_training`'s."""
     from icrl_jax.core.config import default_train_config
-    from icrl_jax.data.dataset import sample_windows
+    from icrl_jax.data.windows import sample_windows
     from icrl_jax.data.train_data import on_device
     from icrl_jax.methods.ad import AD
     from icrl_jax.methods.fields import ad_model_config

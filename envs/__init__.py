@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.core.extras import defer_import
 
 # gymnax's Pong imports seaborn (and with it pandas and scipy.stats) at module level, for its
@@ -59,7 +59,7 @@ def constructor_kwargs(constructor) -> tuple:
 def register(name: str, constructor, needs: tuple[str, ...] = ()) -> None:
     """Register an environment constructor under `name`, with what its kwargs take."""
     REGISTRY.register(name, constructor, needs=needs)
-    V.kwargs_of("env", name, constructor_kwargs(constructor))
+    validation.kwargs_of("env", name, constructor_kwargs(constructor))
 
 
 for _name, _constructor in {

@@ -35,7 +35,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.envs.base import BANDIT, ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids, task_key
 
@@ -49,9 +49,9 @@ def _fits_arms(arms, max_arms) -> bool:
 
 #: The arm-count arguments both bandits take (core/validation.py `kwargs_of`).
 ARM_KWARGS = (
-    V.pair("arms", "'(4, 20)'"), V.optional(V.positive_int("max_arms", 20)),
-    V.integer("seed", 0),
-    V.relation(("arms", "max_arms"), "env.kwargs.max_arms must be at least the largest arm count",
+    validation.pair("arms", "'(4, 20)'"), validation.optional(validation.positive_int("max_arms", 20)),
+    validation.integer("seed", 0),
+    validation.relation(("arms", "max_arms"), "env.kwargs.max_arms must be at least the largest arm count",
                _fits_arms, lambda arms, max_arms: "max_arms=None"),
 )
 
@@ -192,8 +192,8 @@ class BernoulliBandit(_Bandit):
     observation_shape = ()
     #: What `env.kwargs` take (checked before anything is built; core/validation.py).
     KWARGS = ARM_KWARGS + (
-        V.choice("distribution", DISTRIBUTIONS),
-        V.number("flip_prob", 0.05, low=0, high=1), V.non_negative_int("context_dim", 0))
+        validation.choice("distribution", DISTRIBUTIONS),
+        validation.number("flip_prob", 0.05, low=0, high=1), validation.non_negative_int("context_dim", 0))
 
     def __init__(self, arms: int | tuple[int, int] = (4, 20), distribution: str = "train",
                  max_arms: int | None = None, seed: int = 0, flip_prob: float = 0.05,
@@ -308,7 +308,7 @@ class ContextualBandit(_Bandit):
     """
 
     num_observations = None
-    KWARGS = ARM_KWARGS + (V.positive_int("context_dim", 2), V.non_negative("noise_std", 1.0))
+    KWARGS = ARM_KWARGS + (validation.positive_int("context_dim", 2), validation.non_negative("noise_std", 1.0))
 
     def __init__(self, arms: int | tuple[int, int] = (4, 20), context_dim: int = 2,
                  noise_std: float = 1.0, max_arms: int | None = None, seed: int = 0):

@@ -34,7 +34,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.envs.base import ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids
 
@@ -168,8 +168,8 @@ class DarkRoom(_Grid):
     """
 
     #: What `env.kwargs` take (checked before anything is built; core/validation.py).
-    KWARGS = (V.integer("size", 9, minimum=2), V.positive_int("episode_length", 50),
-              V.boolean("pixels"), V.positive_int("cell_px", 1))
+    KWARGS = (validation.integer("size", 9, minimum=2), validation.positive_int("episode_length", 50),
+              validation.boolean("pixels"), validation.positive_int("cell_px", 1))
 
     def __init__(self, size: int = 9, episode_length: int = 50, pixels: bool = False,
                  cell_px: int = 1):
@@ -313,14 +313,15 @@ class CompositeDarkRoom(_Grid):
 
     #: What `env.kwargs` take; `actions` is None (all 5**k), a named set (`action_sets`) or
     #: composite ids, checked against `max_actions` when the env is built.
-    KWARGS = (V.integer("size", 9, minimum=2), V.integer("k", 3, minimum=1, maximum=4),
-              V.positive_int("episode_length", 20), V.optional(V.positive_int("max_actions", 125)),
-              V.integer("action_split_seed", 0), V.choice("action_split", ACTION_SPLITS),
-              V.Constraint(("actions",), "must be None, the name of an action set or a tuple of "
+    KWARGS = (validation.integer("size", 9, minimum=2), validation.integer("k", 3, minimum=1, maximum=4),
+              validation.positive_int("episode_length", 20),
+              validation.optional(validation.positive_int("max_actions", 125)),
+              validation.integer("action_split_seed", 0), validation.choice("action_split", ACTION_SPLITS),
+              validation.Constraint(("actions",), "must be None, the name of an action set or a tuple of "
                            "composite action ids >= 0",
                            lambda v: v is None or isinstance(v, str) or (
                                isinstance(v, (tuple, list)) and all(
-                                   V.is_int(a) and a >= 0 for a in v)), "None"))
+                                   validation.is_int(a) and a >= 0 for a in v)), "None"))
 
     def __init__(self, size: int = 9, k: int = 3, episode_length: int = 20,
                  max_actions: int | None = None, action_split_seed: int = 0,
@@ -472,8 +473,8 @@ class KeyToDoor(_Grid):
 
     STARTS = ("random", "centre")
 
-    KWARGS = (V.integer("size", 9, minimum=2), V.positive_int("episode_length", 50),
-              V.choice("start", ("random", "centre")))
+    KWARGS = (validation.integer("size", 9, minimum=2), validation.positive_int("episode_length", 50),
+              validation.choice("start", ("random", "centre")))
 
     def __init__(self, size: int = 9, episode_length: int = 50, start: str = "random"):
         super().__init__(size, episode_length)

@@ -43,7 +43,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.core.errors import UserError
 from icrl_jax.envs.base import ICRLEnv
 from icrl_jax.envs.tasks import as_task_ids
@@ -157,8 +157,8 @@ class DoorKey(ICRLEnv):
     grid_size = None  # ids are (agent, key) pairs, not grid cells
 
     #: What `env.kwargs` take (checked before anything is built; core/validation.py).
-    KWARGS = (V.positive_int("episode_length", 10), V.boolean("terminate_at_goal"),
-              V.choice("expert_walls", EXPERT_WALLS))
+    KWARGS = (validation.positive_int("episode_length", 10), validation.boolean("terminate_at_goal"),
+              validation.choice("expert_walls", EXPERT_WALLS))
 
     def __init__(self, episode_length: int = 10, terminate_at_goal: bool = True,
                  expert_walls: str = "blocked_zero"):

@@ -28,7 +28,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.envs.base import ICRLEnv
 from icrl_jax.envs.darkroom import _MOVE_DELTAS, NOOP
 from icrl_jax.envs.tasks import as_task_ids
@@ -66,8 +66,8 @@ class ButtonRoom(ICRLEnv):
     has_optimal_return = True
 
     #: What `env.kwargs` take (checked before anything is built; core/validation.py).
-    KWARGS = (V.integer("size", 5, minimum=2), V.positive_int("episode_length", 20),
-              V.number("press_cost", -0.1))
+    KWARGS = (validation.integer("size", 5, minimum=2), validation.positive_int("episode_length", 20),
+              validation.number("press_cost", -0.1))
 
     def __init__(self, size: int = 5, episode_length: int = 20, press_cost: float = -0.1):
         super().__init__()

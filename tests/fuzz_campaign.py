@@ -73,16 +73,16 @@ def make(path: str, per_file: int = 5, seed: int = 0) -> None:
     """Write the campaign's invalid inputs: `per_file` fields or arguments, and two broken
     relations, per experiment file."""
     from hypothesis import find, settings
-    import test_fuzz_inputs as T
+    import test_fuzz_inputs as fuzz_inputs
 
     rng = random.Random(seed)
     quiet = settings(database=None, derandomize=True, max_examples=200)
     cases = []
     for module, preset in experiment_files():
         config = importlib.import_module(module).get_config(preset)
-        rules = T.field_rules(config)
+        rules = fuzz_inputs.field_rules(config)
         if config.method:
-            rules.update(T.argument_rules(config))
+            rules.update(fuzz_inputs.argument_rules(config))
         rules.pop("workdir", None)
         arguments = sorted(k for k in rules if ".kwargs." in k)
         fields = sorted(k for k in rules if ".kwargs." not in k)
@@ -92,15 +92,15 @@ def make(path: str, per_file: int = 5, seed: int = 0) -> None:
             rule = rng.choice(rules[key])
             salt = rng.randrange(4)  # a different invalid value each time, found deterministically
             try:
-                value = find(T.invalid_values(rule), lambda v, s=salt: zlib.crc32(
+                value = find(fuzz_inputs.invalid_values(rule), lambda v, s=salt: zlib.crc32(
                     repr(v).encode()) % 4 == s, settings=quiet)
             except Exception:  # a strategy of fewer values: its simplest one
-                value = find(T.invalid_values(rule), lambda v: True, settings=quiet)
+                value = find(fuzz_inputs.invalid_values(rule), lambda v: True, settings=quiet)
             cases.append(dict(module=module, preset=preset, overrides={key: _encode(value)},
                               kind="argument" if ".kwargs." in key else "field"))
         if config.method:
-            env = T._env(config)
-            breakers = T._relation_breakers(config, env)
+            env = fuzz_inputs._env(config)
+            breakers = fuzz_inputs._relation_breakers(config, env)
             for overrides, _ in rng.sample(breakers, min(2, len(breakers))):
                 cases.append(dict(module=module, preset=preset, kind="relation",
                                   overrides={k: _encode(v) for k, v in overrides.items()}))
@@ -120,12 +120,12 @@ def run(path: str) -> None:
     from icrl_jax.core.errors import UserError
     from icrl_jax import methods
     from icrl_jax.data import builders
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
 
     def built(*args, **kwargs):
         raise Built()
-    for module, name in ((builders, "generate"), (R, "generate"), (methods, "build_method"),
-                         (R, "build_method")):
+    for module, name in ((builders, "generate"), (run_pipeline, "generate"), (methods, "build_method"),
+                         (run_pipeline, "build_method")):
         setattr(module, name, built)
     with open(path) as f:
         cases = json.load(f)
@@ -149,7 +149,7 @@ def run(path: str) -> None:
                     config[section][name] = value
                 else:
                     set_dotted(config, key, value)
-            R.resolve_config(config)
+            run_pipeline.resolve_config(config)
         except UserError as e:
             outcome = "one line" if "\n" not in str(e) else "several lines"
             if outcome == "one line" and os.path.exists(config.workdir):

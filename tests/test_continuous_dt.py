@@ -10,7 +10,7 @@ pytest.importorskip("minari")
 
 import envs  # noqa: E402
 from icrl_jax.envs.base import InvalidActionError  # noqa: E402
-from icrl_jax.core import metrics as M  # noqa: E402
+from icrl_jax.core import metrics  # noqa: E402
 from icrl_jax.core.config import base_config  # noqa: E402
 from icrl_jax.data import builders  # noqa: E402
 from icrl_jax.data import minari_io as mio  # noqa: E402
@@ -26,7 +26,7 @@ def test_noiseless_waypoint_source_reaches_every_goal(layout):
     tasks = env.task_params(np.arange(16))
     source = build_source("waypoint", env, env.episode_length, {})
     out = run_policies(env, {"w": source}, tasks, env.episode_length, jax.random.PRNGKey(0))["w"]
-    goal = M.first_episode_goal(out["dones"], out["terminated"])
+    goal = metrics.first_episode_goal(out["dones"], out["terminated"])
     assert goal["goal_reached"] == 1.0
     assert goal["episode_length"] < env.episode_length / 2
     assert out["actions"].dtype == np.float32 and out["actions"].shape[-1] == 2
@@ -35,12 +35,12 @@ def test_noiseless_waypoint_source_reaches_every_goal(layout):
 def test_first_episode_goal_hand_worked():
     dones = np.array([[0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0]], bool)
     terminated = np.array([[0, 0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]], bool)
-    assert M.first_episode_goal(dones, terminated) == dict(goal_reached=1 / 3,
+    assert metrics.first_episode_goal(dones, terminated) == dict(goal_reached=1 / 3,
                                                            episode_length=(3 + 4 + 4) / 3)
     # Only where termination is the goal: a hopper's termination is a fall, not a success.
     rollout = dict(rewards=np.ones((3, 4), np.float32), dones=dones, terminated=terminated)
-    assert "goal_reached" in M.policy_metrics("returns", rollout, 4, goal=True)[0]
-    assert "goal_reached" not in M.policy_metrics("returns", rollout, 4)[0]
+    assert "goal_reached" in metrics.policy_metrics("returns", rollout, 4, goal=True)[0]
+    assert "goal_reached" not in metrics.policy_metrics("returns", rollout, 4)[0]
     assert envs.make("point_maze").goal_terminates and not envs.make("hopper").goal_terminates
     assert not envs.make("darkroom").goal_terminates
 

@@ -102,7 +102,7 @@ _SAMPLE = textwrap.dedent("""
     jax.config.update("jax_num_cpu_devices", 2)
     import jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
-    from icrl_jax.data.dataset import StepWindows, sample_windows
+    from icrl_jax.data.windows import StepWindows, sample_windows
     from icrl_jax.pipeline.train import data_mesh, place_data
     rows, length, batch, window = 4, 50, 6, 7
     steps = np.arange(rows)[:, None] * 1000 + np.arange(length)  # encodes (row, t)

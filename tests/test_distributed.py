@@ -65,7 +65,7 @@ def _params(workdir: str) -> dict[str, np.ndarray]:
     """The newest checkpoint's parameters, restored the way `icrl-jax evaluate` does, in this
     one-device process (so a multi-process checkpoint must restore into another layout)."""
     from icrl_jax.experiments.ad.bernoulli_bandit import get_config
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
     from icrl_jax.core.config import set_dotted
     from icrl_jax.methods import build_method
 
@@ -75,9 +75,9 @@ def _params(workdir: str) -> dict[str, np.ndarray]:
         set_dotted(config, dotted, type(eval_default(config, dotted))(value)
                    if value not in ("False", "True") else value == "True")
     config.workdir = workdir
-    config = R.resolve_config(config)
-    env = R.build_env(config)
-    params = R.load_params(config, env, build_method(config, env))
+    config = run_pipeline.resolve_config(config)
+    env = run_pipeline.build_env(config)
+    params = run_pipeline.load_params(config, env, build_method(config, env))
     return {jax.tree_util.keystr(p): np.asarray(x)
             for p, x in jax.tree_util.tree_leaves_with_path(params)}
 
@@ -144,7 +144,7 @@ SHARDED = textwrap.dedent("""
     from icrl_jax.data.rollout import run_policies
     from icrl_jax.data.sources import build_source
     from icrl_jax.data.train_data import on_device
-    from icrl_jax.pipeline import train as T
+    from icrl_jax.pipeline import train as trainer
     from test_training import copy_task_data, tiny_method, tiny_train_config
 
     from icrl_jax.methods.ad import AD
@@ -170,9 +170,9 @@ SHARDED = textwrap.dedent("""
     config = ad_config()
     config.model.update(dict(d_model=32, num_layers=1, num_heads=2, max_len=32))
     config.train = tiny_train_config()
-    hyper = T.replica_hyperparameters(config, [{"train.learning_rate": float(lr)}
+    hyper = trainer.replica_hyperparameters(config, [{"train.learning_rate": float(lr)}
                                                for lr in np.linspace(1e-3, 3e-3, 8)])
-    state, _ = T.train_replicas(lambda m: AD(m, 4, 16), config, copy_task_data(), sys.argv[1],
+    state, _ = trainer.train_replicas(lambda m: AD(m, 4, 16), config, copy_task_data(), sys.argv[1],
                                 {"t": 1}, list(range(8)), hyper)
     out["sweep_params"] = [np.asarray(x).tolist() for x in jax.tree.leaves(state.params)]
     print("RESULT" + json.dumps(out))
@@ -204,20 +204,20 @@ def test_bf16_trains_close_to_fp32(tmp_path):
     """bf16 compute (fp32 parameters, optimiser state and loss) reaches the fp32 loss of a tiny
     AD run within 5%, and its parameters stay float32."""
     from test_training import copy_task_data, tiny_method, tiny_train_config
-    from icrl_jax.pipeline import train as T
+    from icrl_jax.pipeline import train as trainer
 
     losses = {}
     for precision in ("fp32", "bf16"):
         config = tiny_train_config(compute_dtype=precision)
-        state = T.train(tiny_method(), copy_task_data(), config, str(tmp_path / precision), {"t": 1},
+        state = trainer.train(tiny_method(), copy_task_data(), config, str(tmp_path / precision), {"t": 1},
                         show_progress=False)
         assert {x.dtype for x in jax.tree.leaves(state.params)} == {np.dtype("float32")}
         with open(tmp_path / precision / "metrics.jsonl") as f:
             losses[precision] = [json.loads(l)["loss"] for l in f][-1]
     assert abs(losses["bf16"] - losses["fp32"]) <= 0.05 * losses["fp32"], losses
-    assert T.compute_dtype("auto") == jnp.float32  # the CPU has no fast bf16
+    assert trainer.compute_dtype("auto") == jnp.float32  # the CPU has no fast bf16
     with pytest.raises(UserError, match="train.compute_dtype"):
-        T.compute_dtype("fp8")
+        trainer.compute_dtype("fp8")
 
 
 def test_attention_falls_back_to_xla_on_the_cpu():
@@ -248,12 +248,12 @@ def test_unreachable_coordinator_is_named():
 def test_batch_that_does_not_divide_over_the_devices_is_named():
     import types
     from test_training import copy_task_data, tiny_method, tiny_train_config
-    from icrl_jax.pipeline import train as T
+    from icrl_jax.pipeline import train as trainer
 
     config = tiny_train_config()
     mesh = types.SimpleNamespace(devices=np.empty(3))  # as a 3-device mesh: batch 8 won't split
     with pytest.raises(UserError, match="batch_size=8 does not divide over the 3 devices"):
-        T.make_train_steps(lambda _: (tiny_method(), T.make_optimizer(config)), copy_task_data(),
+        trainer.make_train_steps(lambda _: (tiny_method(), trainer.make_optimizer(config)), copy_task_data(),
                            config, mesh)
 
 
@@ -305,7 +305,7 @@ PIXEL_WORKER = textwrap.dedent("""
     distributed.initialize(None)  # from JAX_COORDINATOR_ADDRESS / _NUM_PROCESSES / _PROCESS_ID
     import jax, numpy as np
     from icrl_jax.core.config import default_train_config
-    from icrl_jax.pipeline import train as T
+    from icrl_jax.pipeline import train as trainer
     from icrl_jax.data.pixel_store import PixelStore, StepWindowsLoader, example_step_windows
     from icrl_jax.data.train_data import TrainData
     from icrl_jax.methods.ad import AD
@@ -329,7 +329,7 @@ PIXEL_WORKER = textwrap.dedent("""
         return StepWindowsLoader(store, 3, 8 // shard[1], 12, 2, start, seed=3, shard=shard)
 
     data = TrainData(example, loader_fn=loader_fn)
-    state = T.train(AD(tiny_model_config(), 3, None), data, config, sys.argv[2], {"t": 1},
+    state = trainer.train(AD(tiny_model_config(), 3, None), data, config, sys.argv[2], {"t": 1},
                     show_progress=False)
     flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(state.params)])
     print("RESULT" + json.dumps({"process": jax.process_index(), "seen": sorted(seen),

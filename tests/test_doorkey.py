@@ -7,7 +7,7 @@ import pytest
 
 from icrl_jax import envs
 from icrl_jax.envs.doorkey import DoorKey, LAYOUTS, cell_of, split_state
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.sources import build_source
 from icrl_jax.data.sources.noisy_rational import noisy_rational_probs
 

@@ -13,7 +13,7 @@ import pytest
 from icrl_jax import envs
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.validation import ConfigValueError, validate
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.history import History
 from icrl_jax.data.sources import ParamSource, Transition, build_source, noisy_oracle
 from icrl_jax.papers.dpt import bandits, data, method as M, reference

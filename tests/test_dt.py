@@ -12,7 +12,7 @@ import pytest
 from icrl_jax import envs
 from icrl_jax.methods.dt_attention import (context_attention, save_attention_pngs,
                                               write_attention_html)
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.sources import noisy_expert
 from icrl_jax.data.trajectories import (Trajectories, episodes_from_history,
                                         pad_for_windows, returns_to_go, sample_trajectory_windows)
@@ -20,7 +20,7 @@ from icrl_jax.methods.dt import DecisionTransformer, dt_model_config
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.methods.dt_rollout import _push, empty_context, return_conditioned_source
 from icrl_jax.papers.msat.method import MAT, MSAT
-from icrl_jax.models.dt_tokens import (MultiActionTokens, interleave_step_tokens,
+from icrl_jax.models.trajectory_tokens import (MultiActionTokens, interleave_step_tokens,
                                        step_attention_mask, token_labels)
 from icrl_jax.core.config import default_transformer_config
 

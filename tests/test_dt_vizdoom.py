@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from icrl_jax.core.config import default_train_config
-from icrl_jax.pipeline import train as T
+from icrl_jax.pipeline import train as trainer
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.data.pixel_store import PixelStoreWriter, PrefetchLoader
 from icrl_jax.data.pixel_trajectories import PixelTrajectoryStore
@@ -126,13 +126,13 @@ def test_msat_pixel_training_from_loader_lowers_loss(store_dir, tmp_path):
         return PrefetchLoader(store, config.steps_per_call * config.batch_size, K, seed=start)
 
     data = TrainData(example, loader_fn=loader_fn)
-    T.train(method, data, config, str(tmp_path), {"test": 1}, show_progress=False)
+    trainer.train(method, data, config, str(tmp_path), {"test": 1}, show_progress=False)
     with open(tmp_path / "metrics.jsonl") as f:
         losses = [json.loads(line)["loss"] for line in f if '"train"' in line]
     assert len(losses) == 6
     assert losses[-1] < 0.7 * losses[0], losses
     # Resuming at the end trains no further and restores the same step.
-    state = T.train(method, data, config, str(tmp_path), {"test": 1}, show_progress=False)
+    state = trainer.train(method, data, config, str(tmp_path), {"test": 1}, show_progress=False)
     assert int(state.step) == 60
 
 
@@ -234,18 +234,18 @@ def test_doomexpert_per_env_noise():
 
 
 def test_vizdoom_configs_resolve():
-    from icrl_jax.experiments.dt import vizdoom as V
+    from icrl_jax.experiments.dt import vizdoom as vizdoom_experiment
 
-    for scenario, paper in V.PAPER.items():
-        config = V.make_config("msat", scenario)
+    for scenario, paper in vizdoom_experiment.PAPER.items():
+        config = vizdoom_experiment.make_config("msat", scenario)
         assert config.train.seq_len == paper["seq_len"] and config.model.num_layers == 8
         assert config.train.batch_size == 128 and config.train.learning_rate == 5e-3
-        quick = V.make_config("msat", scenario, "quick", no_pe=True)
+        quick = vizdoom_experiment.make_config("msat", scenario, "quick", no_pe=True)
         assert quick.model.timestep_encoding == "none" and quick.model.obs_pool == 2
         assert quick.experiment == f"msat_nope_{scenario}"
     with pytest.raises(ValueError, match="scenario"):
-        V.make_config("dt", "basic")
-    assert os.path.exists(os.path.join(os.path.dirname(V.__file__), "mat_deadly_corridor.py"))
+        vizdoom_experiment.make_config("dt", "basic")
+    assert os.path.exists(os.path.join(os.path.dirname(vizdoom_experiment.__file__), "mat_deadly_corridor.py"))
 
 
 def test_table2_columns_share_one_dataset_named_by_its_recording(tmp_path):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from icrl_jax import envs
-from icrl_jax.data.dataset import to_step_windows
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.windows import to_step_windows
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.methods.in_context import (CachedContext, PreviousStep, in_context_source,
                                        staggered_slots)
 from icrl_jax.methods.ad import AD
@@ -452,7 +452,7 @@ def test_chunked_evaluation_equals_unchunked_for_every_policy(capsys, monkeypatc
     exactly the rollouts of one call, for the trained model (a windowed AD from its ring cache,
     and one recomputing its window), the data's source and the random baseline; the progress
     bars count every env-step of every policy, one update per chunk."""
-    from icrl_jax.data import sources as S
+    from icrl_jax.data import sources
     from icrl_jax.data.rollout import run_policies
 
     monkeypatch.delenv("CI", raising=False)  # bars are off on CI without a terminal
@@ -468,8 +468,8 @@ def test_chunked_evaluation_equals_unchunked_for_every_policy(capsys, monkeypatc
         params = method.init(jax.random.PRNGKey(1), probe)
         policies[name] = in_context_source(method, params, env, CONTEXT, False, max_steps=steps)
     assert policies["ring"].build.cached and not policies["window"].build.cached
-    policies.update(source=S.build_source("grid_explorer", env, steps, {"eps": 0.1}),
-                    random=S.uniform_random())
+    policies.update(source=sources.build_source("grid_explorer", env, steps, {"eps": 0.1}),
+                    random=sources.uniform_random())
     key = jax.random.PRNGKey(5)
     whole = run_policies(env, policies, tasks, steps, key)
     chunked = run_policies(env, policies, tasks, steps, key, chunk_size=3, show_progress=True)

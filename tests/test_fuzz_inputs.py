@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from icrl_jax import envs
-from icrl_jax.core import config as C
-from icrl_jax.core import validation as V
+from icrl_jax.core import config as core_config
+from icrl_jax.core import validation
 from icrl_jax.core.errors import UserError
-from icrl_jax.data import sources as S
+from icrl_jax.data import sources
 from helpers import assert_user_error, experiment_configs, run_cli
 from test_validation import NOT_INT, invalid_values as field_values
 
@@ -78,7 +78,7 @@ def argument_rules(config) -> dict[str, list[str]]:
     if not _is_host(config):
         parts.append(("source", config.data.source))
     for part, name in parts:
-        group = dict(V.CONSTRAINTS.items()).get(f"{part}:{name}", ())
+        group = dict(validation.CONSTRAINTS.items()).get(f"{part}:{name}", ())
         for constraint in group:
             if _single(constraint):
                 rules.setdefault(constraint.keys[0], []).append(constraint.rule)
@@ -88,7 +88,7 @@ def argument_rules(config) -> dict[str, list[str]]:
 def field_rules(config) -> dict[str, list[str]]:
     """The rules of the config's own declared fields it has (no `when`)."""
     rules: dict[str, list[str]] = {}
-    for _, group in V.CONSTRAINTS.items():
+    for _, group in validation.CONSTRAINTS.items():
         for constraint in group:
             if _single(constraint) and not constraint.when and \
                     constraint.values(config) is not None:
@@ -118,7 +118,7 @@ TARGETS = [(i, key, tuple(rules)) for i, (_, _, config) in enumerate(CONFIGS)
 def _override(config, key, value):
     config = copy.deepcopy(config)
     config.unlock()  # an argument not set yet is added, as `set_dotted` adds kwargs keys
-    C.set_dotted(config, key, value)
+    core_config.set_dotted(config, key, value)
     return config
 
 
@@ -131,21 +131,21 @@ def nothing_built(monkeypatch):
     """Data generation and model building raise `Built` while the test runs."""
     from icrl_jax import methods
     from icrl_jax.data import builders
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
 
     def built(*args, **kwargs):
         raise Built("data or a model was built before the input was refused")
-    for module, name in ((builders, "generate"), (R, "generate"), (R, "dataset_of"),
-                         (methods, "build_method"), (R, "build_method")):
+    for module, name in ((builders, "generate"), (run_pipeline, "generate"), (run_pipeline, "dataset_of"),
+                         (methods, "build_method"), (run_pipeline, "build_method")):
         monkeypatch.setattr(module, name, built)
-    return R
+    return run_pipeline
 
 
-def refused(R, config, tmp_path) -> str:
+def refused(run_pipeline, config, tmp_path) -> str:
     """The one-line message with which `resolve_config` refuses `config`."""
     config.workdir = str(tmp_path / "run")
     with pytest.raises(UserError) as info:
-        R.resolve_config(config)
+        run_pipeline.resolve_config(config)
     message = str(info.value)
     assert "\n" not in message, message
     assert not (tmp_path / "run").exists(), message  # nothing written either
@@ -163,29 +163,29 @@ def test_every_constructor_argument_is_declared():
         if isinstance(constructor, type) or hasattr(constructor, "func"):
             takes = _parameters(constructor)
         else:  # a factory of a class: Hopper(**kwargs) -> Locomotion("hopper", ...)
-            takes = set(V.declared_kwargs("env", name) or ())
-        if set(V.declared_kwargs("env", name) or ()) != takes or \
-                V.declared_kwargs("env", name) is None:
+            takes = set(validation.declared_kwargs("env", name) or ())
+        if set(validation.declared_kwargs("env", name) or ()) != takes or \
+                validation.declared_kwargs("env", name) is None:
             missing.append(f"env {name}: takes {sorted(takes)}, declares "
-                           f"{V.declared_kwargs('env', name)}")
-    for name in S.SOURCES.names():
-        declared = V.declared_kwargs("source", name)
+                           f"{validation.declared_kwargs('env', name)}")
+    for name in sources.SOURCES.names():
+        declared = validation.declared_kwargs("source", name)
         if declared is None:
             missing.append(f"source {name}: declares nothing (data.sources.register)")
     assert not missing, "\n".join(missing)
-    function_of = {"thompson_sampling": S.thompson_sampling, "linucb": S.linucb,
-                   "q_learning": S.q_learning, "noisy_oracle": S.noisy_oracle,
-                   "episode_replay": S.episode_replay, "grid_explorer": S.grid_explorer,
-                   "uniform_random": S.uniform_random, "noisy_expert": S.noisy_expert,
-                   "waypoint": S.waypoint_controller, "noisy_rational": S.noisy_rational}
+    function_of = {"thompson_sampling": sources.thompson_sampling, "linucb": sources.linucb,
+                   "q_learning": sources.q_learning, "noisy_oracle": sources.noisy_oracle,
+                   "episode_replay": sources.episode_replay, "grid_explorer": sources.grid_explorer,
+                   "uniform_random": sources.uniform_random, "noisy_expert": sources.noisy_expert,
+                   "waypoint": sources.waypoint_controller, "noisy_rational": sources.noisy_rational}
     for name, function in function_of.items():
         takes = _parameters(function) - SUPPLIED_SOURCE_ARGS
-        assert set(V.declared_kwargs("source", name)) == takes, (name, takes)
+        assert set(validation.declared_kwargs("source", name)) == takes, (name, takes)
     from icrl_jax.data.sources.ppo import PPOConfig
     import dataclasses
     ppo = {f.name for f in dataclasses.fields(PPOConfig)} | (
-        _parameters(S.ppo_source) - SUPPLIED_SOURCE_ARGS - {"config"})
-    assert set(V.declared_kwargs("source", "ppo")) == ppo
+        _parameters(sources.ppo_source) - SUPPLIED_SOURCE_ARGS - {"config"})
+    assert set(validation.declared_kwargs("source", "ppo")) == ppo
 
 
 def _parameters(constructor) -> set[str]:
@@ -248,7 +248,7 @@ def _relation_breakers(config, env) -> list[tuple[dict, str]]:
     if not env.host:
         source = "thompson_sampling" if env.kind != "bandit" else "grid_explorer"
         out.append(({"data.source": source, "data.source_kwargs": {}}, "data.source"))
-        if V.declared_kwargs("source", config.data.source) is not None:
+        if validation.declared_kwargs("source", config.data.source) is not None:
             out.append(({"data.source_kwargs.no_such_argument": 1},
                         "data.source_kwargs.no_such_argument"))
     return out
@@ -277,7 +277,7 @@ def test_a_broken_relation_or_requirement_is_refused_before_anything_is_built(
         if isinstance(value, dict):
             broken[key.split(".")[0]][key.split(".")[1]] = value
         else:
-            C.set_dotted(broken, key, value)
+            core_config.set_dotted(broken, key, value)
     message = refused(nothing_built, broken, tmp_path_factory.mktemp("fuzz"))
     assert named in message, (overrides, message)
 

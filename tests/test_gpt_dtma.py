@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from icrl_jax.pipeline import train as T
+from icrl_jax.pipeline import train as trainer
 from icrl_jax.papers.gpt_dtma.analysis import ablation_importance, gate_importance
 from icrl_jax.core.config import default_train_config, default_transformer_config
 from icrl_jax.papers.gpt_dtma.fields import gpt_dt_fields, gpt_dt_model_config
@@ -143,7 +143,7 @@ def _train(method, tmp_path, steps=20):
     config.update(dict(num_steps=steps, batch_size=16, seq_len=4, learning_rate=3e-3,
                        warmup_steps=1, steps_per_call=10, log_every=10, checkpoint_every=steps))
     data = on_device(jax.tree.map(jnp.asarray, _windows()), sample_trajectory_windows, 4)
-    return T.train(method, data, config, str(tmp_path), {"t": 1}, show_progress=False)
+    return trainer.train(method, data, config, str(tmp_path), {"t": 1}, show_progress=False)
 
 
 def test_gpt_dt_part_keeps_the_language_models_attention(tmp_path):
@@ -327,7 +327,7 @@ def test_smollm2_preset_trains_gpt_dt_from_a_llama_gguf_first_block(tmp_path):
     LM's first block only, in the Llama layout; trained at a learning rate whose Adam steps are
     below float32's resolution, its backbone is the LM's block exactly (that training moves the
     weights is `test_gpt_dt_part_keeps_the_language_models_attention`'s)."""
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
     from icrl_jax.core.config import set_dotted
     from icrl_jax.experiments.gpt_dtma.point_maze import get_config
     from icrl_jax.methods import build_method
@@ -344,10 +344,10 @@ def test_smollm2_preset_trains_gpt_dt_from_a_llama_gguf_first_block(tmp_path):
                 "data.num_test_tasks": 2, "data.num_steps": 100, "run.evaluate": False,
                 "run.progress": False}.items():
             set_dotted(config, dotted, value)
-        config = R.resolve_config(config)
-        R.run(config, "train")
-        env = R.build_env(config)
-        return config, R.load_params(config, env, build_method(config, env))["backbone"]
+        config = run_pipeline.resolve_config(config)
+        run_pipeline.run(config, "train")
+        env = run_pipeline.build_env(config)
+        return config, run_pipeline.load_params(config, env, build_method(config, env))["backbone"]
 
     config, backbone = run(tmp_path / "lr0", 1e-30)  # > 0 (validated), and no change to any weight
     model = config.model

@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from icrl_jax.data.dataset import StepWindows, sample_windows, to_step_windows
+from icrl_jax.data.windows import StepWindows, sample_windows, to_step_windows
 from icrl_jax.data.train_data import on_device
 from icrl_jax.data.history import History
 from icrl_jax.papers.headless_ad.method import (HeadlessAD, PermutedAD, default_headless_config,
@@ -316,7 +316,7 @@ def test_cached_rollout_takes_the_actions_of_the_recomputed_window():
     """A bandit rollout that fits in the context: the cached in-context policy and the one that
     recomputes the window every step choose the same arms."""
     from icrl_jax.envs.bandits import BernoulliBandit
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.methods.in_context import in_context_source
 
     env = BernoulliBandit(arms=5, max_arms=A, seed=0)
@@ -340,7 +340,7 @@ def test_ngram_prompt_ids_match_nothing_and_cached_rollouts_take_the_same_action
     model with n-gram layers takes the same actions decoded from a cache as with its window
     recomputed every step."""
     from icrl_jax.envs.bandits import BernoulliBandit
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.methods.in_context import in_context_source
     from icrl_jax.papers.headless_ad.method import with_prompt_ids
     from icrl_jax.models.ngram import token_equality
@@ -373,7 +373,7 @@ def test_contextual_model_transfers_to_bernoulli_bandits_seen_through_a_context(
     bandits is evaluated on Bernoulli bandits whose observation is one fixed context, and the
     report gives that transfer a column of its own."""
     from icrl_jax.experiments.headless_ad import contextual_bandit
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
     from icrl_jax.papers.headless_ad import variants
     from icrl_jax.core.config import set_dotted
     from icrl_jax.papers.headless_ad.table1 import write_report
@@ -389,8 +389,8 @@ def test_contextual_model_transfers_to_bernoulli_bandits_seen_through_a_context(
         set_dotted(config, key, value)
     config.variants = ml_collections.ConfigDict(
         {name: config.variants[name] for name in ("heldout_4_20", "bernoulli_arms_25")})
-    config = R.resolve_config(config)
-    R.train(config)
+    config = run_pipeline.resolve_config(config)
+    run_pipeline.train(config)
     summary = variants.evaluate_variants(config)
     transfer = summary["variants"]["bernoulli_arms_25"]
     assert transfer["env"] == "bernoulli_bandit" and transfer["num_actions"] == 25

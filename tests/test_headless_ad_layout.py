@@ -13,7 +13,7 @@ from safetensors.numpy import load_file
 
 from icrl_jax import envs
 from icrl_jax.core.errors import UserError
-from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.windows import StepWindows
 from icrl_jax.models.heads import mask_logits
 from icrl_jax.methods.fields import ad_model_config
 from icrl_jax.papers.headless_ad import reference_layout as RL
@@ -129,7 +129,7 @@ def test_reference_init_draws_their_scales():
 def test_both_layouts_train_and_evaluate_through_the_train_command(tmp_path, layout):
     """`icrl-jax train` of the matched preset at toy size: the loss falls and the evaluation
     (the reference layout recomputes the window) scores every held-out bandit."""
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
     from icrl_jax.core.config import set_dotted
     from icrl_jax.experiments.headless_ad.bernoulli_bandit import get_config
 
@@ -142,8 +142,8 @@ def test_both_layouts_train_and_evaluate_through_the_train_command(tmp_path, lay
                        "train.learning_rate": 3e-3, "model.d_model": 32,
                        "eval.baselines": ("random",)}.items():
         set_dotted(config, key, value)
-    config = R.resolve_config(config)
-    results = R.train(config)
+    config = run_pipeline.resolve_config(config)
+    results = run_pipeline.train(config)
     losses = [row["loss"] for row in _metrics(config.workdir) if row.get("phase") == "train"]
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert results["num_envs"] == 4 and np.isfinite(results["model_final_regret"])

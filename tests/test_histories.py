@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from icrl_jax import envs
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.history import HistoryFormatError, load_history, save_history
 from icrl_jax.data.sources import q_learning, thompson_sampling, uniform_random
 

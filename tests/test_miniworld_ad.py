@@ -11,9 +11,9 @@ import pytest
 
 from icrl_jax.core.config import default_train_config
 from icrl_jax.envs.host.bridge import HostStep
-from icrl_jax.pipeline import train as T
+from icrl_jax.pipeline import train as trainer
 from icrl_jax.methods.fields import ad_config
-from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.windows import StepWindows
 from icrl_jax.data.pixel_store import (PixelStore, PixelStoreWriter, StepWindowsLoader,
                                        example_step_windows)
 from icrl_jax.data.rollout import SourceOnHost
@@ -94,7 +94,7 @@ def _train(method, store, workdir, stop_at=None):
         return StepWindowsLoader(store, NUM_ACTIONS, 8, 12, 2, start, seed=3)
 
     data = TrainData(example_step_windows(store, NUM_ACTIONS, 12), loader_fn=loader_fn)
-    return T.train(method, data, config, str(workdir), {"method": "ad", "test": "pixels"},
+    return trainer.train(method, data, config, str(workdir), {"method": "ad", "test": "pixels"},
                    seed=0, show_progress=False, stop_at=stop_at), config
 
 
@@ -114,7 +114,7 @@ def test_ad_trains_on_pixel_store_resumes_exactly_and_restores(tmp_path):
                  state.params, resumed.params)
 
     # checkpoint round trip into a freshly initialised state
-    restored = T.restore_params(method, TrainData(example_step_windows(store, NUM_ACTIONS, 12),
+    restored = trainer.restore_params(method, TrainData(example_step_windows(store, NUM_ACTIONS, 12),
                                                   loader_fn=iter), config,
                                 str(tmp_path / "run"), {"method": "ad", "test": "pixels"})
     jax.tree.map(np.testing.assert_array_equal, restored, state.params)

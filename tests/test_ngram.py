@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax.data.dataset import StepWindows, episode_returns_before
-from icrl_jax.data.dataset import shift_right
+from icrl_jax.data.windows import StepWindows, episode_returns_before
+from icrl_jax.data.windows import shift_right
 from icrl_jax.methods.ad import AD
 from icrl_jax.models.ngram import (NGramHead, latest_match, ngram_attention, ngram_pattern,
                                    ngram_pattern_rows, ngram_weights, observation_ids,

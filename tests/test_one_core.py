@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from icrl_jax import envs
-from icrl_jax.core import metrics as M
+from icrl_jax.core import metrics as core_metrics
 from icrl_jax.tools import sweep
 from icrl_jax.core.errors import UnknownNameError
 from icrl_jax.methods import build_method, method_class, method_names
@@ -40,7 +40,7 @@ def test_last_episode_return_is_each_rollouts_own_last_episode():
     dones[0, [1, 3, 5]] = True
     rewards[1, 2] = 7.0  # one 3-step episode (return 7), then an unfinished one
     dones[1, 2] = True
-    metrics, _ = M.policy_metrics("returns", dict(rewards=rewards, dones=dones), 6)
+    metrics, _ = core_metrics.policy_metrics("returns", dict(rewards=rewards, dones=dones), 6)
     assert metrics["last_episode_return"] == pytest.approx((3.0 + 7.0) / 2)
     assert metrics["first_episode_return"] == pytest.approx((1.0 + 7.0) / 2)
     assert metrics["episodes"] == pytest.approx(2.0)
@@ -76,15 +76,15 @@ def test_sweep_and_pipeline_give_the_same_score_on_key_to_door(tmp_path):
     for key in ("source_last_episode_return", "random_last_episode_return"):
         assert baselines[key] == pytest.approx(from_pipeline[key])
     # Each rollout's own last episode: not the column of the longest rollouts.
-    returns = np.asarray(M.episode_returns(rollouts["source"]["rewards"],
+    returns = np.asarray(core_metrics.episode_returns(rollouts["source"]["rewards"],
                                            rollouts["source"]["dones"], 300))
     own_last = returns[np.arange(len(returns)), counts - 1]
     assert from_pipeline["source_last_episode_return"] == pytest.approx(own_last.mean())
 
 
 def _probe_windows(env, task_ids):
-    from icrl_jax.data.dataset import to_step_windows
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.windows import to_step_windows
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.data.sources import uniform_random
     return to_step_windows(generate_histories(env, uniform_random(), env.task_params(task_ids),
                                               60, jax.random.PRNGKey(1)))

@@ -18,7 +18,7 @@ import tomllib
 import pytest
 
 import icrl_jax
-from icrl_jax.core import extras as X
+from icrl_jax.core import extras
 from icrl_jax.core.registry import Registry
 
 from helpers import ROOT, assert_user_error
@@ -58,7 +58,7 @@ def test_importing_and_resolving_the_main_job_imports_no_optional_package(tmp_pa
     script = f"""
 import importlib.util, json, sys
 import icrl_jax, icrl_jax.pipeline.cli
-from icrl_jax.pipeline import run as R
+from icrl_jax.pipeline import run as run_pipeline
 from icrl_jax.core.registry import COMMANDS, REPORTS, HOOKS
 from icrl_jax import envs
 from icrl_jax.methods import METHODS, build_method
@@ -69,8 +69,8 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 config = module.get_config("quick")
 config.workdir = {str(tmp_path / "run")!r}
-config = R.resolve_config(config)
-method = build_method(config, R.build_env(config))
+config = run_pipeline.resolve_config(config)
+method = build_method(config, run_pipeline.build_env(config))
 names = [n for r in (COMMANDS, REPORTS, HOOKS, envs.REGISTRY, METHODS, SOURCES, BUILDERS) for n in r.names()]
 print(json.dumps(dict(method=type(method).__name__, parts=len(names),
                       optional=[m for m in {NEVER_IN_THE_CORE!r} if m in sys.modules],
@@ -90,7 +90,7 @@ def test_a_deferred_module_loads_on_its_first_attribute_read(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "deferred_probe_loads", 0, raising=False)
     monkeypatch.delitem(sys.modules, "deferred_probe", raising=False)
-    X.defer_import("deferred_probe")
+    extras.defer_import("deferred_probe")
     import deferred_probe as probe  # the import statement alone does not load it
     assert sys.deferred_probe_loads == 0
     assert probe.VALUE == 7 and sys.deferred_probe_loads == 1
@@ -98,7 +98,7 @@ def test_a_deferred_module_loads_on_its_first_attribute_read(tmp_path, monkeypat
     assert VALUE == 7 and sys.deferred_probe_loads == 1
     assert sys.modules["deferred_probe"] is not probe and sys.modules["deferred_probe"].VALUE == 7
     sys.modules.pop("deferred_probe")
-    X.defer_import("no_such_module_anywhere")  # not installed: nothing is put in its place
+    extras.defer_import("no_such_module_anywhere")  # not installed: nothing is put in its place
     assert "no_such_module_anywhere" not in sys.modules
 
 
@@ -118,7 +118,7 @@ def test_all_is_every_runtime_extra_and_test_adds_the_docs_and_tools():
 @pytest.mark.parametrize("module, extra", sorted(OPTIONAL.items()))
 def test_each_optional_module_is_installed_by_its_extra(module, extra):
     # The installed metadata's extras are pyproject's (the message reads them from there).
-    assert X.extra_of(module) == extra
+    assert extras.extra_of(module) == extra
     listed = _expanded(extra)
     providers = {_name(d) for d in importlib.metadata.packages_distributions().get(module, [])}
     assert providers & listed, f"{module} comes from {providers}, {extra} lists {listed}"
@@ -131,7 +131,7 @@ def test_the_version_is_one_number():
 
 
 def test_a_module_no_extra_lists_names_its_own_package():
-    error = X.missing_extra("not_a_package.sub", "part 'x'")
+    error = extras.missing_extra("not_a_package.sub", "part 'x'")
     assert str(error) == ("part 'x' needs the Python package 'not_a_package': pip install "
                           "'not_a_package' (no Python module 'not_a_package.sub')")
 
@@ -140,19 +140,19 @@ def test_require_and_import_refuse_a_missing_module_naming_its_extra(monkeypatch
     monkeypatch.setitem(sys.modules, "brax", None)  # installed here, but `import brax` fails
     expected = ("environment 'hopper' needs the optional extra: pip install "
                 "'icrl-jax[continuous]' (no Python module 'brax')")
-    with pytest.raises(X.MissingExtraError) as error:
-        X.require_extra("brax", "environment 'hopper'")
+    with pytest.raises(extras.MissingExtraError) as error:
+        extras.require_extra("brax", "environment 'hopper'")
     assert str(error.value) == expected
-    with pytest.raises(X.MissingExtraError, match=re.escape(expected)):
-        X.require_extra("brax.envs", "environment 'hopper'")  # the parent package is missing
-    with pytest.raises(X.MissingExtraError) as error:
-        X.import_extra("brax", "environment 'hopper'")
+    with pytest.raises(extras.MissingExtraError, match=re.escape(expected)):
+        extras.require_extra("brax.envs", "environment 'hopper'")  # the parent package is missing
+    with pytest.raises(extras.MissingExtraError) as error:
+        extras.import_extra("brax", "environment 'hopper'")
     assert str(error.value) == expected
-    assert X.import_extra("json", "x") is json
-    with pytest.raises(X.MissingExtraError, match=re.escape(  # a package that is nowhere
+    assert extras.import_extra("json", "x") is json
+    with pytest.raises(extras.MissingExtraError, match=re.escape(  # a package that is nowhere
             "x needs the Python package 'not_a_package': pip install 'not_a_package' (no Python "
             "module 'not_a_package')")):
-        X.import_extra("not_a_package.sub", "x")
+        extras.import_extra("not_a_package.sub", "x")
 
 
 def test_a_registered_part_needing_a_missing_package_names_its_extra(monkeypatch):
@@ -162,7 +162,7 @@ def test_a_registered_part_needing_a_missing_package_names_its_extra(monkeypatch
     assert registry.needs("sim") == ("vizdoom",) and registry.needs("plain") == ()
     assert registry.get("sim") is object
     monkeypatch.setitem(sys.modules, "vizdoom", None)
-    with pytest.raises(X.MissingExtraError, match=re.escape(
+    with pytest.raises(extras.MissingExtraError, match=re.escape(
             "environment 'sim' needs the optional extra: pip install 'icrl-jax[vizdoom]'")):
         registry.get("sim")
     assert registry.get("plain") is int and "sim" in registry and "sim" in registry.names()
@@ -173,7 +173,7 @@ def test_a_registered_part_needing_a_missing_package_names_its_extra(monkeypatch
 def test_every_simulator_env_declares_its_package(monkeypatch, name, module):
     from icrl_jax import envs
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(X.MissingExtraError, match=re.escape(
+    with pytest.raises(extras.MissingExtraError, match=re.escape(
             f"environment {name!r} needs the optional extra: pip install "
             f"'icrl-jax[{OPTIONAL[module]}]'")):
         envs.make(name)
@@ -203,7 +203,7 @@ def test_minari_datasets_wandb_and_gguf_name_their_extras(monkeypatch, tmp_path)
              (lambda: pretrained_architecture(str(tmp_path / "m.gguf")), "a GGUF model file", "gpt-dtma"),
              (lambda: load_gguf_llama(str(tmp_path / "m.gguf")), "a GGUF model file", "gpt-dtma")]
     for call, what, extra in cases:
-        with pytest.raises(X.MissingExtraError, match=re.escape(
+        with pytest.raises(extras.MissingExtraError, match=re.escape(
                 f"{what} needs the optional extra: pip install 'icrl-jax[{extra}]'")):
             call()
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from icrl_jax.models import llama as L
+from icrl_jax.models import llama
 from icrl_jax.models.clip_text import CLIPTextEncoder, load_hf_clip_text
 from icrl_jax.models.gpt2 import CheckpointFormatError, GPT2LM, load_hf_gpt2, save_hf_gpt2
 from icrl_jax.models.pretrained import (adopt_pretrained_architecture, backbone_from_lm,
@@ -75,8 +75,8 @@ def our_output(family: str, path: str) -> np.ndarray:
     if family == "clip_text":
         cfg, params = load_hf_clip_text(path)
         return np.asarray(CLIPTextEncoder(cfg).apply({"params": params}, ids))
-    cfg, params = L.load_hf_llama(path)
-    return np.asarray(L.logits_fn(cfg, params)(ids))
+    cfg, params = llama.load_hf_llama(path)
+    return np.asarray(llama.logits_fn(cfg, params)(ids))
 
 
 @pytest.mark.parametrize("family,variant", ALL)

@@ -17,7 +17,7 @@ import os
 import pytest
 
 from icrl_jax import envs
-from icrl_jax.pipeline import run as R
+from icrl_jax.pipeline import run as run_pipeline
 from icrl_jax.core.config import check_key, set_dotted
 from icrl_jax.core.registry import COMMANDS, REPORTS
 from icrl_jax.methods import METHODS
@@ -80,8 +80,8 @@ def test_every_method_trains_two_steps_and_evaluates(method, tmp_path):
         set_dotted(config, dotted, value)
     config.eval.num_steps = min(int(config.eval.num_steps), 200)
     config.workdir = str(tmp_path)
-    config = R.resolve_config(config)
-    R.train(config)
+    config = run_pipeline.resolve_config(config)
+    run_pipeline.train(config)
     with open(tmp_path / "eval.json") as f:
         result = json.load(f)
     scores = {k: v for k, v in result.items() if k.startswith("model") and isinstance(v, float)}

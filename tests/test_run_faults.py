@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from icrl_jax.core import checkpoints as C
-from icrl_jax.core import files as F
-from icrl_jax.core import workdir_lock as L
+from icrl_jax.core import checkpoints
+from icrl_jax.core import files
+from icrl_jax.core import workdir_lock
 from icrl_jax.core.config import set_dotted
 from icrl_jax.core.errors import UserError
 from helpers import ROOT, assert_user_error, run_cli
@@ -39,18 +39,18 @@ def tiny_flags(**overrides) -> list[str]:
 
 def tiny_config(workdir, **overrides):
     from icrl_jax.experiments.ad import darkroom
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
     config = darkroom.get_config("quick")
     for key, value in dict(TINY, **overrides).items():
         set_dotted(config, key, value)
     config.workdir = str(workdir)
-    return R.resolve_config(config)
+    return run_pipeline.resolve_config(config)
 
 
 def _holder_process(workdir) -> subprocess.Popen:
     """A process holding `workdir`'s lock until its stdin closes."""
-    code = ("import sys; from icrl_jax.core import workdir_lock as L\n"
-            f"with L.hold({str(workdir)!r}, 'train'):\n"
+    code = ("import sys; from icrl_jax.core import workdir_lock\n"
+            f"with workdir_lock.hold({str(workdir)!r}, 'train'):\n"
             "    print('held', flush=True); sys.stdin.read()\n")
     holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
@@ -63,37 +63,37 @@ def _holder_process(workdir) -> subprocess.Popen:
 def test_a_directory_held_by_a_live_process_is_refused_naming_it(tmp_path):
     holder = _holder_process(tmp_path)
     try:
-        with pytest.raises(L.WorkdirInUseError) as info:
-            L.refuse_if_in_use(str(tmp_path))
+        with pytest.raises(workdir_lock.WorkdirInUseError) as info:
+            workdir_lock.refuse_if_in_use(str(tmp_path))
         message = str(info.value)
         assert f"pid {holder.pid} on " in message and "icrl-jax train" in message, message
         assert "\n" not in message and "--config.workdir" in message
-        with pytest.raises(L.WorkdirInUseError, match=f"pid {holder.pid}"):
-            with L.hold(str(tmp_path), "evaluate"):
+        with pytest.raises(workdir_lock.WorkdirInUseError, match=f"pid {holder.pid}"):
+            with workdir_lock.hold(str(tmp_path), "evaluate"):
                 pass
     finally:
         holder.stdin.close()
         holder.wait()
     # Released: free again, and the file names no holder (the next run says nothing).
-    assert L.holder_of(str(tmp_path)) is None
-    assert (tmp_path / L.LOCK_NAME).read_text() == ""
+    assert workdir_lock.holder_of(str(tmp_path)) is None
+    assert (tmp_path / workdir_lock.LOCK_NAME).read_text() == ""
 
 
 def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_notice(tmp_path, capsys):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid names no live process (and it never held a flock)
-    (tmp_path / L.LOCK_NAME).write_text(json.dumps(
+    (tmp_path / workdir_lock.LOCK_NAME).write_text(json.dumps(
         {"pid": dead.pid, "host": "elsewhere", "command": "train", "since": 0}))
-    assert L.holder_of(str(tmp_path)) is None  # no live holder
-    with L.hold(str(tmp_path), "train"):
+    assert workdir_lock.holder_of(str(tmp_path)) is None  # no live holder
+    with workdir_lock.hold(str(tmp_path), "train"):
         notice = capsys.readouterr().err.strip().splitlines()
         assert len(notice) == 1 and f"pid {dead.pid} on elsewhere" in notice[0], notice
         assert "taking over" in notice[0]
-        held = json.loads((tmp_path / L.LOCK_NAME).read_text())
+        held = json.loads((tmp_path / workdir_lock.LOCK_NAME).read_text())
         assert held["pid"] == os.getpid() and held["command"] == "train"
-        with L.hold(str(tmp_path), "evaluate"):  # re-entrant within the process
-            assert L.holder_of(str(tmp_path)) is None
-    with L.hold(str(tmp_path), "train"):  # cleanly released: no notice
+        with workdir_lock.hold(str(tmp_path), "evaluate"):  # re-entrant within the process
+            assert workdir_lock.holder_of(str(tmp_path)) is None
+    with workdir_lock.hold(str(tmp_path), "train"):  # cleanly released: no notice
         assert capsys.readouterr().err == ""
 
 
@@ -102,7 +102,7 @@ def test_a_second_train_on_a_directory_in_use_is_refused_and_the_first_finishes(
     first = subprocess.Popen(["icrl-jax", "train", "--config", DARKROOM,
                               f"--config.workdir={workdir}", *tiny_flags()], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lock = workdir / L.LOCK_NAME
+    lock = workdir / workdir_lock.LOCK_NAME
     while first.poll() is None and not (lock.exists() and lock.read_text()):
         time.sleep(0.2)
     assert first.poll() is None, first.communicate()
@@ -143,8 +143,8 @@ def _refuse(monkeypatch, module, name, code, when=lambda *a: True):
 def test_a_refused_write_names_the_path_and_leaves_no_temporary(tmp_path, monkeypatch, code,
                                                                 cause):
     _refuse(monkeypatch, os, "fsync", code)
-    with pytest.raises(F.WriteError) as info:
-        F.write_json(str(tmp_path / "eval.json"), {"a": 1})
+    with pytest.raises(files.WriteError) as info:
+        files.write_json(str(tmp_path / "eval.json"), {"a": 1})
     assert str(info.value) == f"cannot write {tmp_path / 'eval.json'}: {cause}"
     assert os.listdir(tmp_path) == []
 
@@ -152,20 +152,20 @@ def test_a_refused_write_names_the_path_and_leaves_no_temporary(tmp_path, monkey
 def test_a_full_disk_while_writing_the_dataset_then_resuming(tmp_path, monkeypatch):
     workdir = tmp_path / "run"
     config = tiny_config(workdir, **{"run.evaluate": False})
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
     _refuse(monkeypatch, os, "fsync", errno.ENOSPC)
-    with pytest.raises(F.WriteError, match=f"cannot write {workdir}/histories.npz: no space left"):
-        R.train(config)
-    assert sorted(os.listdir(workdir)) == [L.LOCK_NAME, "config.json"]  # nothing half-written
+    with pytest.raises(files.WriteError, match=f"cannot write {workdir}/histories.npz: no space left"):
+        run_pipeline.train(config)
+    assert sorted(os.listdir(workdir)) == [workdir_lock.LOCK_NAME, "config.json"]  # nothing half-written
     monkeypatch.undo()
     # A temporary a killed writer left behind goes at the next start.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = workdir / f".histories.npz.tmp-{dead.pid}-0"
     stale.write_bytes(b"half")
-    R.train(config)
+    run_pipeline.train(config)
     assert not stale.exists()
-    assert C.Checkpointer(str(workdir / "checkpoints"), {}).latest_step() == 20
+    assert checkpoints.Checkpointer(str(workdir / "checkpoints"), {}).latest_step() == 20
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
@@ -174,7 +174,7 @@ def test_a_refused_checkpoint_write_then_resuming(tmp_path, monkeypatch, code):
     is simulated as it reports it (the text of a real full tmpfs, as in `_orbax_text`)."""
     workdir = tmp_path / "run"
     config = tiny_config(workdir, **{"run.evaluate": False, "train.num_steps": 30})
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
 
     def refused_save(self, step, *args, **kwargs):
         if step == 20:
@@ -183,15 +183,15 @@ def test_a_refused_checkpoint_write_then_resuming(tmp_path, monkeypatch, code):
     import orbax.checkpoint as ocp
     saving = ocp.CheckpointManager.save
     monkeypatch.setattr(ocp.CheckpointManager, "save", refused_save)
-    with pytest.raises(F.WriteError) as info:
-        R.train(config)
+    with pytest.raises(files.WriteError) as info:
+        run_pipeline.train(config)
     assert str(info.value) == (f"cannot write checkpoint {workdir}/checkpoints/20: "
-                               f"{F.WRITE_CAUSES[code]}")
+                               f"{files.WRITE_CAUSES[code]}")
     monkeypatch.undo()
-    R.train(config)  # resumes from step 10 and ends where an uninterrupted run ends
+    run_pipeline.train(config)  # resumes from step 10 and ends where an uninterrupted run ends
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [10, 20, 20, 30]  # step 20 logged again after resuming
-    assert C.Checkpointer(str(workdir / "checkpoints"), {}).latest_step() == 30
+    assert checkpoints.Checkpointer(str(workdir / "checkpoints"), {}).latest_step() == 30
 
 
 def _orbax_text(directory: str, step: int, code: int) -> str:
@@ -249,25 +249,25 @@ def test_a_work_directory_under_a_file_or_that_is_a_file_is_one_line(tmp_path):
 def test_eval_json_names_the_checkpoint_it_evaluated(tmp_path, capsys):
     """A run stopped at step 10 of 20, then evaluated: eval.json records step 10 and says it
     is not train.num_steps."""
-    from icrl_jax.pipeline import run as R
-    from icrl_jax.pipeline import train as T
+    from icrl_jax.pipeline import run as run_pipeline
+    from icrl_jax.pipeline import train as trainer
     workdir = tmp_path / "run"
     config = tiny_config(workdir, **{"run.evaluate": False})
-    stopped = T.train  # as a run killed after its step-10 checkpoint
+    stopped = trainer.train  # as a run killed after its step-10 checkpoint
 
     def until_10(*args, **kwargs):
         return stopped(*args, **dict(kwargs, stop_at=10))
     import unittest.mock
-    with unittest.mock.patch.object(T, "train", until_10):
-        R.train(config)
+    with unittest.mock.patch.object(trainer, "train", until_10):
+        run_pipeline.train(config)
     capsys.readouterr()
-    R.evaluate(config)
+    run_pipeline.evaluate(config)
     results = json.loads((workdir / "eval.json").read_text())
     assert results["step"] == results["checkpoint_step"] == 10
     assert "step 10, not train.num_steps=20" in results["note"]
     assert "step 10, not train.num_steps=20" in capsys.readouterr().err
-    R.train(config)  # resumes to 20
-    R.evaluate(config)
+    run_pipeline.train(config)  # resumes to 20
+    run_pipeline.evaluate(config)
     results = json.loads((workdir / "eval.json").read_text())
     assert results["step"] == 20 and "note" not in results
 
@@ -282,11 +282,11 @@ def test_a_corrupt_signature_is_refused_naming_it(tmp_path, damage):
         step: object
         params: object
     state = State(jnp.int32(10), {"w": jnp.ones((3,))})
-    checkpointer = C.Checkpointer(str(tmp_path), {"model": "a"})
+    checkpointer = checkpoints.Checkpointer(str(tmp_path), {"model": "a"})
     checkpointer.save(state)
     (tmp_path / "signature.json").write_bytes(damage)
     for restore in (checkpointer.restore, checkpointer.restore_latest_intact):
-        with pytest.raises(C.CorruptSignatureError) as info:
+        with pytest.raises(checkpoints.CorruptSignatureError) as info:
             restore(state)
         message = str(info.value)
         assert message.startswith(f"checkpoint signature {tmp_path}/signature.json is "

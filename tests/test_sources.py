@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from icrl_jax import envs
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.core.metrics import episode_returns, episode_returns_ragged
 from icrl_jax.data.sources import (episode_replay, grid_explorer, linucb, noisy_oracle, q_learning,
                                    sample_beta, thompson_sampling, uniform_random)

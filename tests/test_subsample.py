@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from icrl_jax.data.dataset import (check_dataset, sample_windows, subsample_episodes,
+from icrl_jax.data.windows import (check_dataset, sample_windows, subsample_episodes,
                                    to_step_windows)
 from icrl_jax.data.history import History, HistoryFormatError
 

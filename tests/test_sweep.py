@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from icrl_jax import envs
-from icrl_jax.core import metrics as M
+from icrl_jax.core import metrics
 from icrl_jax.papers.ngram.search_space import table2_space
-from icrl_jax.tools import sweep as S
+from icrl_jax.tools import sweep
 from icrl_jax.methods.fields import ad_config
-from icrl_jax.data.dataset import sample_windows, to_step_windows
+from icrl_jax.data.windows import sample_windows, to_step_windows
 from icrl_jax.data.train_data import on_device
 from icrl_jax.core.errors import UserError
 from icrl_jax.data.history import History, HistoryFormatError
@@ -33,7 +33,7 @@ def tiny_config(tmp_path=None, ngram=False):
                              warmup_steps=2))
     config.eval.update(dict(num_steps=100, num_envs_per_task=1))
     config.workdir = str(tmp_path) if tmp_path else ""
-    S.add_sweep_fields(config, {
+    sweep.add_sweep_fields(config, {
         "train.learning_rate": dict(log_uniform=(1e-4, 1e-2)),
         "train.weight_decay": dict(log_uniform=(1e-7, 2e-2)),
         "model.embedding_dropout": dict(uniform=(0.0, 0.9)),
@@ -56,12 +56,12 @@ def random_data(n=6, t=40, seed=0):
 def test_vmapped_replicas_equal_one_by_one(tmp_path):
     config = tiny_config(ngram=True)  # n-gram layers and their dropout included
     config.model.num_layers = 1
-    space = S.flatten_space(config.sweep.space)
-    assignments = [S.sample_assignment(space, 0, i) for i in range(3)]
+    space = sweep.flatten_space(config.sweep.space)
+    assignments = [sweep.sample_assignment(space, 0, i) for i in range(3)]
     env, data, seeds = envs.make("darkroom"), random_data(), [11, 12, 13]
-    together, metrics_v = S.train_assignments(config, env, data, assignments, seeds,
+    together, metrics_v = sweep.train_assignments(config, env, data, assignments, seeds,
                                               str(tmp_path / "v"), vmapped=True)
-    alone, metrics_1 = S.train_assignments(config, env, data, assignments, seeds,
+    alone, metrics_1 = sweep.train_assignments(config, env, data, assignments, seeds,
                                            str(tmp_path / "1"), vmapped=False)
     for path, a in jax.tree_util.tree_leaves_with_path(together):
         b = alone
@@ -85,29 +85,29 @@ def test_vmapped_replicas_equal_one_by_one(tmp_path):
 
 
 def test_sampling_is_per_index_and_in_range():
-    space = S.flatten_space(table2_space(ngram=True))
-    a = [S.sample_assignment(space, 0, i) for i in range(200)]
-    assert S.sample_assignment(space, 0, 7) == a[7]
+    space = sweep.flatten_space(table2_space(ngram=True))
+    a = [sweep.sample_assignment(space, 0, i) for i in range(200)]
+    assert sweep.sample_assignment(space, 0, 7) == a[7]
     lr = np.array([x["train.learning_rate"] for x in a])
     assert 1e-4 <= lr.min() and lr.max() <= 1e-2 and np.median(lr) < 3e-3  # log-uniform
     assert {tuple(x["model.ngram_positions"]) for x in a} == {(1,), (2,), (1, 2)}
-    assert len({S.group_key(x) for x in a}) > 1
-    assert S.group_key(dict(a[0], **{"train.learning_rate": 0.5})) == S.group_key(a[0])
+    assert len({sweep.group_key(x) for x in a}) > 1
+    assert sweep.group_key(dict(a[0], **{"train.learning_rate": 0.5})) == sweep.group_key(a[0])
     with pytest.raises(ValueError, match="exactly one"):
-        S.flatten_space({"train": {"learning_rate": {"uniform": (0, 1), "choice": [1]}}})
+        sweep.flatten_space({"train": {"learning_rate": {"uniform": (0, 1), "choice": [1]}}})
 
 
 def test_emp_hand_computed():
     # Scores 1, 2, 3 (N = 3). n = 1: mean. n = 2: P(max=v_i) = (i^2 - (i-1)^2) / 9 = 1/9, 3/9, 5/9.
-    mean, std = M.expected_max_performance([3.0, 1.0, 2.0])
+    mean, std = metrics.expected_max_performance([3.0, 1.0, 2.0])
     np.testing.assert_allclose(mean, [2.0, (1 + 6 + 15) / 9, (1 + 2 * 7 + 3 * 19) / 27])
     e2 = 22 / 9
     var2 = (1 * (1 - e2) ** 2 + 3 * (2 - e2) ** 2 + 5 * (3 - e2) ** 2) / 9
     np.testing.assert_allclose(std, [np.sqrt(2 / 3), np.sqrt(var2), std[2]])
     assert std[2] < std[1]
-    assert M.assignments_to_reach([1.0, 2.0, 3.0], 2.4) == 2
-    assert M.assignments_to_reach([1.0, 2.0, 3.0], 3.0) is None
-    mean, _ = M.expected_max_performance([5.0, 5.0])
+    assert metrics.assignments_to_reach([1.0, 2.0, 3.0], 2.4) == 2
+    assert metrics.assignments_to_reach([1.0, 2.0, 3.0], 3.0) is None
+    mean, _ = metrics.expected_max_performance([5.0, 5.0])
     np.testing.assert_allclose(mean, [5.0, 5.0])
 
 
@@ -117,14 +117,14 @@ def test_sweep_writes_results_and_resumes(tmp_path):
     config.eval.num_steps = 50
     config.sweep.num_assignments = 2
     config.sweep.max_replicas = 2
-    results = S.run_sweep(config)
+    results = sweep.run_sweep(config)
     assert sorted(r["index"] for r in results) == [0, 1]
     lines = (tmp_path / "sweep" / "results.jsonl").read_text().splitlines()
     first = [json.loads(x) for x in lines]
     assert {r["replicas"] for r in first} == {2}
     assert all(np.isfinite(r["model_last_episode_return"]) for r in first)
     config.sweep.num_assignments = 4  # a rerun trains only the missing assignments
-    S.run_sweep(config)
+    sweep.run_sweep(config)
     lines = (tmp_path / "sweep" / "results.jsonl").read_text().splitlines()
     assert [json.loads(x)["index"] for x in lines] == [0, 1, 2, 3]
     assert [json.loads(x) for x in lines[:2]] == first
@@ -132,23 +132,23 @@ def test_sweep_writes_results_and_resumes(tmp_path):
     assert len(emp["emp_mean"]) == 4 and (tmp_path / "sweep" / "emp.png").exists()
     config.sweep.seed = 1  # another space/seed must not mix into this file
     with pytest.raises(ValueError, match="new workdir"):
-        S.run_sweep(config)
+        sweep.run_sweep(config)
     config.sweep.seed = 0
     config.train.num_steps = 3  # nor results of another training budget
     with pytest.raises(ValueError, match="train.num_steps: 6 \\(saved\\) vs 3"):
-        S.run_sweep(config)
-    summary = S.compare_sweeps([str(tmp_path / "sweep")] * 2, str(tmp_path / "cmp"), ["a", "b"])
+        sweep.run_sweep(config)
+    summary = sweep.compare_sweeps([str(tmp_path / "sweep")] * 2, str(tmp_path / "cmp"), ["a", "b"])
     assert set(summary["methods"]) == {"a", "b"}
-    emp, source = S.emp_of(str(tmp_path / "sweep")), summary["source_last_episode_return"]
+    emp, source = sweep.emp_of(str(tmp_path / "sweep")), summary["source_last_episode_return"]
     for f, n in summary["methods"]["a"]["assignments_to_fraction_of_source"].items():
-        assert n == M.assignments_to_reach(emp["scores"], float(f) * source)
+        assert n == metrics.assignments_to_reach(emp["scores"], float(f) * source)
     # Dark Room's best return from the centre: walk the Manhattan distance, then stay (50 steps).
-    _, test_ids = S.task_split(envs.make("darkroom"), config)
+    _, test_ids = sweep.task_split(envs.make("darkroom"), config)
     goals = [t + (t >= 40) for t in test_ids]  # task t is cell t, skipping the centre (40)
     optimal = np.mean([51 - (abs(g // 9 - 4) + abs(g % 9 - 4)) for g in goals])
     assert summary["optimal_last_episode_return"] == pytest.approx(optimal)
     fractions = summary["methods"]["a"]["assignments_to_fraction_of_optimal"]
-    assert fractions["0.8"] == M.assignments_to_reach(emp["scores"], 0.8 * optimal)
+    assert fractions["0.8"] == metrics.assignments_to_reach(emp["scores"], 0.8 * optimal)
     assert (tmp_path / "cmp" / "emp_compare.png").exists()
     # A repeated search (another seed) pools with it into one curve; another budget does not.
     other = tmp_path / "sweep_seed1"
@@ -157,23 +157,23 @@ def test_sweep_writes_results_and_resumes(tmp_path):
     (other / "sweep_config.json").write_text(json.dumps(dict(saved, seed=1)))
     (other / "results.jsonl").write_text("\n".join(
         json.dumps(dict(json.loads(x), source_last_episode_return=source + 1.0)) for x in lines))
-    pooled = S.emp_of(f"{tmp_path / 'sweep'},{other}")
+    pooled = sweep.emp_of(f"{tmp_path / 'sweep'},{other}")
     assert pooled["scores"] == emp["scores"] * 2
-    np.testing.assert_allclose(pooled["emp_mean"], M.expected_max_performance(emp["scores"] * 2)[0])
+    np.testing.assert_allclose(pooled["emp_mean"], metrics.expected_max_performance(emp["scores"] * 2)[0])
     assert pooled["source_last_episode_return"] == pytest.approx(source + 0.5)
-    summary = S.compare_sweeps([f"{tmp_path / 'sweep'},{other}"], str(tmp_path / "cmp2"))
+    summary = sweep.compare_sweeps([f"{tmp_path / 'sweep'},{other}"], str(tmp_path / "cmp2"))
     assert list(summary["methods"]) == ["sweep (2 searches pooled)"]
     (other / "sweep_config.json").write_text(json.dumps(dict(saved, seed=1, **{
         "train.num_steps": 3})))
     with pytest.raises(UserError, match="differ in train.num_steps"):
-        S.emp_of(f"{tmp_path / 'sweep'},{other}")
+        sweep.emp_of(f"{tmp_path / 'sweep'},{other}")
 
 
 def test_subsample_is_searched_as_its_own_groups(tmp_path):
-    space = S.flatten_space(table2_space(ngram=False))
+    space = sweep.flatten_space(table2_space(ngram=False))
     assert space["data.subsample"] == dict(choice=[4, 8, 10, 20, 50])  # Table 2(a)
-    a = S.sample_assignment(space, 0, 0)
-    assert S.group_key(a) != S.group_key(dict(a, **{"data.subsample": a["data.subsample"] + 1}))
+    a = sweep.sample_assignment(space, 0, 0)
+    assert sweep.group_key(a) != sweep.group_key(dict(a, **{"data.subsample": a["data.subsample"] + 1}))
     # What a group trains on: every k-th episode of each history (50-step Dark Room episodes).
     env = envs.make("darkroom")
     history = History(observations=np.tile(np.arange(200, dtype=np.int32) % 81, (3, 1)),
@@ -183,11 +183,11 @@ def test_subsample_is_searched_as_its_own_groups(tmp_path):
     base = tiny_config()
     cache = {}
     for k, kept_steps in ((1, np.arange(200)), (2, np.r_[0:50, 100:150]), (3, np.r_[0:50, 150:200])):
-        group = S.assignment_config(base, {"data.subsample": k})
-        data = S.group_data(history, env, group, cache)
+        group = sweep.assignment_config(base, {"data.subsample": k})
+        data = sweep.group_data(history, env, group, cache)
         np.testing.assert_array_equal(data.arrays.observations,
                                       history.observations[:, kept_steps])
-    again = S.group_data(history, env, S.assignment_config(base, {"data.subsample": 2}), cache)
+    again = sweep.group_data(history, env, sweep.assignment_config(base, {"data.subsample": 2}), cache)
     assert again is cache[(2, int(base.train.seq_len))]  # built once per value
     # A sweep checks every group's data before training: k = 4 leaves one 50-step episode of
     # 4, too short for a 60-step window.
@@ -197,7 +197,7 @@ def test_subsample_is_searched_as_its_own_groups(tmp_path):
     config.model.max_len = 60
     config.sweep.space.data = {"subsample": {"choice": [4]}}
     with pytest.raises(HistoryFormatError, match="shorter than the training window 60"):
-        S.run_sweep(config)
+        sweep.run_sweep(config)
 
 
 @pytest.mark.parametrize("preset", ["quick_explorer", "quick_explorer_ad"])

@@ -1,4 +1,4 @@
-"""models/tokens.py: AD's step tokens with the mixing map folded into the embeddings are the
+"""models/step_tokens.py: AD's step tokens with the mixing map folded into the embeddings are the
 concatenate-then-mix tokens of the n-gram paper, computed here by hand from the same
 parameters, and keep the parameter tree (and initial values) that checkpoints hold."""
 
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax.models.tokens import ADStepTokens, ObservationEmbedding, _DenseParameters
+from icrl_jax.models.step_tokens import ADStepTokens, ObservationEmbedding, _DenseParameters
 
 D, B, T = 8, 3, 5
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax.data.dataset import check_dataset, sample_windows, to_step_windows
+from icrl_jax.data.windows import check_dataset, sample_windows, to_step_windows
 from icrl_jax.data.history import History, HistoryFormatError
 from icrl_jax.methods.in_context import empty_context, push_observation, record_outcome
 from icrl_jax.methods.ad import AD

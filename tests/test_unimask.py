@@ -16,8 +16,8 @@ from icrl_jax.experiments.unimask.doorkey import get_config
 from icrl_jax.papers.unimask import appendix, grid, grid_training, report, rollouts
 from icrl_jax.pipeline import run
 from icrl_jax.pipeline.run import aggregate_runs
-from icrl_jax.pipeline import train as T
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.pipeline import train as trainer
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.sources import build_source
 from icrl_jax.core.errors import UnknownNameError, UserError
 from icrl_jax.papers.unimask.method import UniMask, sample_past
@@ -85,7 +85,7 @@ def test_forward_dynamics_is_learnt_on_a_tiny_dataset(doorkey_data, tmp_path):
     data = method.training_data(history, config, env)
     validation = method.snippets(method.episodes(history, env))
     before = method.init(jax.random.key(1), data.example)
-    state = T.train(method, data, config.train, str(tmp_path), method.signature(config, env),
+    state = trainer.train(method, data, config.train, str(tmp_path), method.signature(config, env),
                     seed=1, show_progress=False)
     losses_before = method.task_losses(before, validation)
     losses_after = method.task_losses(jax.tree.map(jnp.asarray, state.params), validation)

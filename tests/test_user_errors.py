@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from icrl_jax import envs
-from icrl_jax.core import config as C
+from icrl_jax.core import config as core_config
 from icrl_jax.core.errors import UnknownNameError, UserError
 from helpers import assert_user_error, run_cli
 
@@ -100,17 +100,17 @@ def darkroom_config():
 def test_set_dotted_and_apply_preset_suggest_the_nearest_name():
     config = darkroom_config()
     with pytest.raises(UnknownNameError, match=r"'train\.num_stepz'.*did you mean 'train\.num_steps'"):
-        C.set_dotted(config, "train.num_stepz", 1)
+        core_config.set_dotted(config, "train.num_stepz", 1)
     with pytest.raises(UnknownNameError, match="unknown preset 'qiuck'; did you mean 'quick'"):
-        C.apply_preset(config, {"quick": {}}, "qiuck")
+        core_config.apply_preset(config, {"quick": {}}, "qiuck")
     # kwargs dicts take new keys in a config file (checked when the env or source is built) ...
-    C.set_dotted(config, "env.kwargs.size", 7)
+    core_config.set_dotted(config, "env.kwargs.size", 7)
     assert config.env.kwargs.size == 7
     # ... but not below a missing kwargs dict, and not when the caller forbids it.
     with pytest.raises(UnknownNameError, match="'env.kwargz'"):
-        C.set_dotted(config, "env.kwargz.size", 7)
+        core_config.set_dotted(config, "env.kwargz.size", 7)
     with pytest.raises(UnknownNameError, match="'env.kwargs.episode_length'"):
-        C.check_key(config, "env.kwargs.episode_length", free_form_kwargs=False)
+        core_config.check_key(config, "env.kwargs.episode_length", free_form_kwargs=False)
 
 
 def write_run(workdir, config):
@@ -121,17 +121,17 @@ def write_run(workdir, config):
 def test_check_workdir_refuses_another_experiments_run(tmp_path):
     config = darkroom_config()
     config.workdir = str(tmp_path / "run")
-    C.check_workdir(config)  # no run there yet
+    core_config.check_workdir(config)  # no run there yet
     write_run(tmp_path / "run", config)
     config.train.num_steps += 1  # the same run with other hyperparameters: resume / redo
-    C.check_workdir(config)
+    core_config.check_workdir(config)
     for key, value in (("experiment", "ad_key_to_door"), ("method", "headless_ad"),
                        ("env.name", "key_to_door")):
         other = darkroom_config()
         other.workdir = config.workdir
-        C.set_dotted(other, key, value)
+        core_config.set_dotted(other, key, value)
         with pytest.raises(UserError, match="--config.workdir") as info:
-            C.check_workdir(other)
+            core_config.check_workdir(other)
         message = str(info.value)
         assert repr(value) in message and "'darkroom'" in message and config.workdir in message
 
@@ -141,7 +141,7 @@ def test_check_workdir_refuses_an_unreadable_config_json(tmp_path):
     config.workdir = str(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(UserError, match="unreadable config.json"):
-        C.check_workdir(config)
+        core_config.check_workdir(config)
 
 
 def test_config_defaults_without_model_or_training_code():
@@ -149,7 +149,7 @@ def test_config_defaults_without_model_or_training_code():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'flax', 'orbax', 'optax'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    log = C.base_config().log
+    log = core_config.base_config().log
     assert (log.wandb, log.wandb_project, log.wandb_mode) == (False, "icrl-jax", "offline")
 
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from icrl_jax import envs
-from icrl_jax.core import config as C
-from icrl_jax.core import validation as V
+from icrl_jax.core import config as core_config
+from icrl_jax.core import validation
 from icrl_jax.core.errors import UserError
 from helpers import (assert_user_error, experiment_configs, experiment_modules, offered_presets,
                      run_cli)
@@ -28,13 +28,13 @@ IDS = [f"{path}:{preset}" for path, preset, _ in CONFIGS]
 #: Single-field constraints, by key (a key may have several: a method's and a paper's); the
 #: constructor arguments of parts (`when`: for one env or source) are tests/test_fuzz_inputs.py's.
 FIELD_RULES = {}
-for _, group in V.CONSTRAINTS.items():
+for _, group in validation.CONSTRAINTS.items():
     for _c in group:
         if len(_c.keys) == 1 and not _c.needs and not _c.when:
             FIELD_RULES.setdefault(_c.keys[0], []).append(_c.rule)
 #: (config index, key) for every constrained field each config has.
 CASES = [(i, key) for i, (_, _, config) in enumerate(CONFIGS) for key in sorted(FIELD_RULES)
-         if V.Constraint((key,), "", bool, "").values(config) is not None]
+         if validation.Constraint((key,), "", bool, "").values(config) is not None]
 
 
 _ENVS = {}
@@ -53,9 +53,9 @@ def _env(config):
 @pytest.mark.parametrize("index", range(len(CONFIGS)), ids=IDS)
 def test_every_experiment_config_and_preset_validates(index):
     _, _, config = CONFIGS[index]
-    V.validate(config)
+    validation.validate(config)
     if config.method:
-        V.validate(config, _env(config), num_devices=1)
+        validation.validate(config, _env(config), num_devices=1)
 
 
 MODULES = experiment_modules()
@@ -170,7 +170,7 @@ def test_every_declared_rule_has_invalid_values():
 def _override(config, key, value):
     """A copy of `config` with `key` set as `--config.key=value` / `set_dotted` would."""
     config = copy.deepcopy(config)
-    C.set_dotted(config, key, value)
+    core_config.set_dotted(config, key, value)
     return config
 
 
@@ -205,7 +205,7 @@ def test_an_invalid_field_is_one_line_naming_the_key(case, data):
     rule = data.draw(st.sampled_from(FIELD_RULES[key]))
     value = data.draw(invalid_values(rule))
     with pytest.raises(UserError) as info:
-        V.validate(_override(config, key, value))
+        validation.validate(_override(config, key, value))
     message = str(info.value)
     assert "\n" not in message and f"config {key}=" in message, message
     # The suggested setting is valid for the key (a relation with another field may still
@@ -213,7 +213,7 @@ def test_an_invalid_field_is_one_line_naming_the_key(case, data):
     example_key, example = _parse_example(message, key)
     assert example_key == key
     fixed = _override(config, key, example)
-    for _, group in V.CONSTRAINTS.items():
+    for _, group in validation.CONSTRAINTS.items():
         for constraint in group:
             if constraint.keys == (key,) and not constraint.needs:
                 assert constraint.violation(fixed) is None, (message, example)
@@ -235,10 +235,10 @@ def test_valid_overrides_pass(index, data):
     chosen = data.draw(st.lists(st.sampled_from(sorted(overrides)), unique=True, max_size=5))
     config = copy.deepcopy(config)
     for key in chosen:
-        C.set_dotted(config, key, data.draw(overrides[key]))
+        core_config.set_dotted(config, key, data.draw(overrides[key]))
     heads = config.model.num_heads
     config.model.d_model = heads * data.draw(st.integers(1, 64))  # divisible: valid
-    V.validate(config)
+    validation.validate(config)
 
 
 # --- relations between fields --------------------------------------------------------------------
@@ -274,9 +274,9 @@ def test_a_broken_relation_is_one_line_naming_the_keys(index, data):
     for overrides, key in _broken_relations(config, data.draw):
         broken = copy.deepcopy(config)
         for dotted, value in overrides.items():
-            C.set_dotted(broken, dotted, value)
+            core_config.set_dotted(broken, dotted, value)
         with pytest.raises(UserError) as info:
-            V.validate(broken)
+            validation.validate(broken)
         message = str(info.value)
         assert "\n" not in message and f"{key}=" in message and "e.g. --config." in message, \
             (overrides, message)
@@ -295,28 +295,28 @@ def test_more_tasks_than_the_env_has_is_one_line(index, extra):
     broken = _override(config, "data.num_test_tasks",
                        env.num_tasks - config.data.num_train_tasks + extra)
     with pytest.raises(UserError, match=f"the {env.num_tasks} tasks the env has") as info:
-        V.validate(broken, env)
+        validation.validate(broken, env)
     assert "data.num_test_tasks=" in str(info.value) and "\n" not in str(info.value)
     fixed = copy.deepcopy(broken)
     for key, value in _parse_examples(str(info.value)).items():
-        C.set_dotted(fixed, key, value)
-    V.validate(fixed, env)
+        core_config.set_dotted(fixed, key, value)
+    validation.validate(fixed, env)
 
 
 def test_batch_size_must_divide_over_the_devices_of_several_processes():
     _, _, config = CONFIGS[IDS.index("experiments/ad/darkroom.py:quick")]
-    V.validate(_override(config, "train.batch_size", 16), num_devices=4)
+    validation.validate(_override(config, "train.batch_size", 16), num_devices=4)
     broken = _override(config, "train.batch_size", 4 * 3 + 1)
     with pytest.raises(UserError, match=r"train.batch_size=13: train.batch_size must divide over "
                                         r"the devices.*e\.g\. --config\.train\.batch_size=12"):
-        V.validate(broken, num_devices=4)
-    V.validate(broken, num_devices=None)  # one process: any batch (data_mesh takes a divisor)
+        validation.validate(broken, num_devices=4)
+    validation.validate(broken, num_devices=None)  # one process: any batch (data_mesh takes a divisor)
 
 
 def test_a_value_of_another_type_is_a_user_error_naming_the_key():
     _, _, config = CONFIGS[IDS.index("experiments/ad/darkroom.py:quick")]
     with pytest.raises(UserError, match=r"config train.batch_size='many' must be a int"):
-        C.set_dotted(copy.deepcopy(config), "train.batch_size", "many")
+        core_config.set_dotted(copy.deepcopy(config), "train.batch_size", "many")
 
 
 # --- the command line ----------------------------------------------------------------------------

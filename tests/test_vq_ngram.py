@@ -17,7 +17,7 @@ from icrl_jax.envs.host.specs import MiniworldRoom
 from icrl_jax.core.config import set_dotted
 from icrl_jax.methods.fields import ad_config, ad_model_config
 from icrl_jax.papers.ngram.fields import default_vq_config
-from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.windows import StepWindows
 from icrl_jax.data.pixel_store import FramesLoader, PixelStore, PixelStoreWriter
 from icrl_jax.core.errors import UserError
 from icrl_jax.models.encoders import (VQ_CONFIG, VQCheckpointError, load_vq, save_vq,
@@ -237,7 +237,7 @@ def test_train_pretrains_vq_then_ad_with_vq_ngrams_and_acts_in_context(tmp_path)
     64x64 frames, so no simulator runs): the VQ stage, AD + n-gram on VQ codes, a checkpoint
     tagged with the VQ's fingerprint, and the in-context policy acting on its own pixels."""
     from icrl_jax.experiments.miniworld import ad_darkroom
-    from icrl_jax.pipeline import run as R
+    from icrl_jax.pipeline import run as run_pipeline
     from icrl_jax.data.rollout import SourceOnHost
     from icrl_jax.methods import build_method
     from icrl_jax.methods.in_context import in_context_source
@@ -254,17 +254,17 @@ def test_train_pretrains_vq_then_ad_with_vq_ngrams_and_acts_in_context(tmp_path)
                  "vq.log_every": 4, "vq.checkpoint_every": 8, "vq.eval_frames": 32}
     for key, value in overrides.items():
         set_dotted(config, key, value)
-    config = R.resolve_config(config)
+    config = run_pipeline.resolve_config(config)
     assert config.model.vq_checkpoint == str(tmp_path / "store" / "vq")
-    R.train(config)
+    run_pipeline.train(config)
     assert read_summary(config.model.vq_checkpoint)["steps"] == 8
     losses = [json.loads(line)["loss"] for line in open(tmp_path / "run" / "metrics.jsonl")]
     assert len(losses) == 2 and np.isfinite(losses).all()
-    env = R.build_env(config)
+    env = run_pipeline.build_env(config)
     method = build_method(config, env)
     signature = json.load(open(tmp_path / "run" / "checkpoints" / "signature.json"))
     assert signature["ngram_ids"] == method.ngram_ids.fingerprint
-    params = R.load_params(config, env, method, method.training_data(store, config, env))
+    params = run_pipeline.load_params(config, env, method, method.training_data(store, config, env))
     assert "ngram_1_1" in params["backbone"]
 
     # the in-context policy codes each frame once and keeps features and codes in its context

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.envs.base import EPISODIC, ICRLEnv
 from icrl_jax.envs.continuous.point_maze import check_continuous_action
 from icrl_jax.envs.tasks import as_task_ids
@@ -190,4 +190,4 @@ def HalfCheetah(**kwargs) -> Locomotion:  # noqa: N802
 
 #: What `env.kwargs` of the brax tasks take (core/validation.py).
 Hopper.KWARGS = Walker2d.KWARGS = HalfCheetah.KWARGS = (
-    V.choice("backend", BACKENDS), V.positive_int("episode_length", EPISODE_LENGTH))
+    validation.choice("backend", BACKENDS), validation.positive_int("episode_length", EPISODE_LENGTH))

@@ -35,7 +35,7 @@ from functools import cached_property
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.envs.continuous.locomotion import EPISODE_LENGTH, LocomotionEnv
 
 
@@ -186,7 +186,7 @@ class GymMujoco(LocomotionEnv):
 
 
 #: What `env.kwargs` of the MJX tasks take (core/validation.py).
-KWARGS = (V.positive_int("episode_length", EPISODE_LENGTH),)
+KWARGS = (validation.positive_int("episode_length", EPISODE_LENGTH),)
 
 
 def HopperV5(**kwargs) -> GymMujoco:  # noqa: N802 - registry constructors

@@ -70,7 +70,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.envs.continuous.maps import EPISODE_LENGTHS, LAYOUTS, parse_layout
 from icrl_jax.envs.base import EPISODIC, ICRLEnv, InvalidActionError
 from icrl_jax.envs.tasks import as_task_ids, task_key
@@ -194,19 +194,19 @@ class PointMaze(ICRLEnv):
     #: What `env.kwargs` take (checked before anything is built; core/validation.py); a
     #: `goal_cell` must also be a free cell of the layout, checked when the env is built.
     KWARGS = (
-        V.Constraint(("layout",), f"must be one of {', '.join(LAYOUTS)} or a map (a tuple of "
+        validation.Constraint(("layout",), f"must be one of {', '.join(LAYOUTS)} or a map (a tuple of "
                      f"rows of '#', '.', 'G' characters)",
                      lambda v: v in LAYOUTS if isinstance(v, str) else (
                          isinstance(v, (tuple, list)) and len(v) > 0
                          and all(isinstance(row, str) for row in v)), "umaze"),
-        V.choice("task", TASKS), V.optional(V.positive_int("episode_length", 300)),
-        V.positive("goal_radius", 0.5), V.non_negative("reset_noise", 0.25),
-        V.non_negative("goal_noise", 0.25),
-        V.Constraint(("goal_cell",), "must be None or a (row, column) pair of integers >= 0",
+        validation.choice("task", TASKS), validation.optional(validation.positive_int("episode_length", 300)),
+        validation.positive("goal_radius", 0.5), validation.non_negative("reset_noise", 0.25),
+        validation.non_negative("goal_noise", 0.25),
+        validation.Constraint(("goal_cell",), "must be None or a (row, column) pair of integers >= 0",
                      lambda v: v is None or (isinstance(v, (tuple, list)) and len(v) == 2
-                                             and all(V.is_int(x) and x >= 0 for x in v)),
+                                             and all(validation.is_int(x) and x >= 0 for x in v)),
                      "None"),
-        V.integer("seed", 0))
+        validation.integer("seed", 0))
 
     def __init__(self, layout="umaze", task: str = "d4rl", episode_length: int | None = None,
                  goal_radius: float = 0.5, reset_noise: float = 0.25, goal_noise: float = 0.25,

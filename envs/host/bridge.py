@@ -6,7 +6,7 @@ processes, wrapped as one gymnasium `VectorEnv` (`HostVectorEnv`). JAX drives th
 carrying the whole batch: actions `(N, *action_shape)` go to the host, the N workers step in
 parallel, and obs `(N, *obs_shape)`, rewards, terminated, truncated and privileged info come back.
 
-How a host env plugs in next to the on-device envs (`icrl_jax.data.histories.generate_histories`
+How a host env plugs in next to the on-device envs (`icrl_jax.data.history_generation.generate_histories`
 vmaps over tasks and scans over steps): here the task batch is the worker pool, so the vmap is
 replaced by the batch dimension inside the callback, and the scan is the same. The policy is pure
 JAX (`HostPolicy.init/act`) and sees the batch, e.g. a `vmap`ped per-env policy or a model.

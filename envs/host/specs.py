@@ -15,7 +15,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.extras import MissingExtraError, require_extra
 from icrl_jax.envs.base import EnvSpec
@@ -87,8 +87,8 @@ class MiniworldRoom(HostEnv):
     observation_shape = (64, 64, 3)
 
     #: What `env.kwargs` take (core/validation.py).
-    KWARGS = (V.choice("layout", ("darkroom", "key_to_door")),
-              V.positive_int("episode_length", 50), V.non_negative_int("num_workers", 8))
+    KWARGS = (validation.choice("layout", ("darkroom", "key_to_door")),
+              validation.positive_int("episode_length", 50), validation.non_negative_int("num_workers", 8))
 
     def __init__(self, layout: str = "darkroom", episode_length: int = 50, num_workers: int = 0):
         if layout not in ("darkroom", "key_to_door"):
@@ -126,8 +126,8 @@ class ViZDoom(HostEnv):
     num_tasks = 1
 
     #: What `env.kwargs` take (core/validation.py; the scenarios of envs/host/vizdoom.py).
-    KWARGS = (V.choice("scenario", ("deadly_corridor", "my_way_home")),
-              V.non_negative_int("num_workers", 8))
+    KWARGS = (validation.choice("scenario", ("deadly_corridor", "my_way_home")),
+              validation.non_negative_int("num_workers", 8))
 
     def __init__(self, scenario: str = "my_way_home", num_workers: int = 0):
         require_extra("vizdoom", "the ViZDoom simulator")

@@ -87,7 +87,7 @@ def roll_out(preset: str, seed: int, workdir: str, num_rollouts: int):
 
     from icrl_jax.experiments.ad.key_to_door import get_config
     from icrl_jax.pipeline import run as R
-    from icrl_jax.data.histories import generate_histories
+    from icrl_jax.data.history_generation import generate_histories
     from icrl_jax.methods import build_method
 
     config = get_config(preset)

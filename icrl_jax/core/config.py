@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import ml_collections
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.core.errors import UnknownNameError, UserError, did_you_mean
 
 
@@ -65,28 +65,28 @@ def default_transformer_config() -> ml_collections.ConfigDict:
 #: What the `model` fields take (core/validation.py). `finalize` raises `max_len` to
 #: `train.seq_len`, so the position table always covers a training window. The model features'
 #: fields beside the transformer's (n-gram layers) are declared in `models/fields.py`.
-MODEL_CONSTRAINTS = V.declare("model", (
-    V.positive_int("model.num_layers", 2), V.positive_int("model.d_model", 64),
-    V.positive_int("model.num_heads", 4), V.positive("model.mlp_ratio", 4),
-    V.boolean("model.pre_norm"), V.choice("model.position", ("learned", "rotary", "alibi", "none")),
-    V.positive_int("model.max_len", 256),
-    V.fraction("model.embedding_dropout"), V.fraction("model.residual_dropout"),
-    V.fraction("model.attention_dropout"),
-    V.boolean("model.normalize_qk"), V.boolean("model.causal"),
-    V.non_negative_int("model.attention_window", 0),
-    V.choice("model.attention_impl", ("auto", "dense", "blockwise", "cudnn", "pallas")),
-    V.non_negative_int("model.attention_block_size", 0),
-    V.positive_int("model.attention_blockwise_from", 512),
-    V.positive("model.norm_epsilon", 1e-6),
-    V.choice("model.activation", ("gelu_tanh", "gelu_exact", "quick_gelu", "relu")),
-    V.choice("model.norm", ("layernorm", "rmsnorm")), V.choice("model.mlp_type", ("dense", "swiglu")),
-    V.non_negative_int("model.mlp_hidden", 0), V.boolean("model.mlp_bias"),
-    V.boolean("model.attention_bias"), V.non_negative_int("model.num_kv_heads", 0),
-    V.positive("model.rotary_base", 10000.0),
-    V.relation(("model.num_heads", "model.num_kv_heads"),
+MODEL_CONSTRAINTS = validation.declare("model", (
+    validation.positive_int("model.num_layers", 2), validation.positive_int("model.d_model", 64),
+    validation.positive_int("model.num_heads", 4), validation.positive("model.mlp_ratio", 4),
+    validation.boolean("model.pre_norm"), validation.choice("model.position", ("learned", "rotary", "alibi", "none")),
+    validation.positive_int("model.max_len", 256),
+    validation.fraction("model.embedding_dropout"), validation.fraction("model.residual_dropout"),
+    validation.fraction("model.attention_dropout"),
+    validation.boolean("model.normalize_qk"), validation.boolean("model.causal"),
+    validation.non_negative_int("model.attention_window", 0),
+    validation.choice("model.attention_impl", ("auto", "dense", "blockwise", "cudnn", "pallas")),
+    validation.non_negative_int("model.attention_block_size", 0),
+    validation.positive_int("model.attention_blockwise_from", 512),
+    validation.positive("model.norm_epsilon", 1e-6),
+    validation.choice("model.activation", ("gelu_tanh", "gelu_exact", "quick_gelu", "relu")),
+    validation.choice("model.norm", ("layernorm", "rmsnorm")), validation.choice("model.mlp_type", ("dense", "swiglu")),
+    validation.non_negative_int("model.mlp_hidden", 0), validation.boolean("model.mlp_bias"),
+    validation.boolean("model.attention_bias"), validation.non_negative_int("model.num_kv_heads", 0),
+    validation.positive("model.rotary_base", 10000.0),
+    validation.relation(("model.num_heads", "model.num_kv_heads"),
                "model.num_heads must be a multiple of model.num_kv_heads (0: one per head)",
                lambda h, kv: kv == 0 or h % kv == 0, lambda h, kv: "model.num_kv_heads=0"),
-    V.relation(("model.d_model", "model.num_heads"),
+    validation.relation(("model.d_model", "model.num_heads"),
                "model.d_model must be divisible by model.num_heads (heads split the width)",
                lambda d, h: d % h == 0,
                lambda d, h: f"model.d_model={max(h, d // h * h)}"),
@@ -124,22 +124,23 @@ def default_train_config() -> ml_collections.ConfigDict:
 
 
 #: What the `train` fields take (core/validation.py).
-TRAIN_CONSTRAINTS = V.declare("train", (
-    V.positive_int("train.num_steps", 2000), V.positive_int("train.batch_size", 64),
-    V.positive_int("train.seq_len", 100), V.positive_int("train.steps_per_call", 50),
-    V.positive("train.learning_rate", 3e-4), V.non_negative_int("train.warmup_steps", 100),
-    V.number("train.min_lr_ratio", 0.1, low=0, high=1), V.non_negative("train.weight_decay", 1e-4),
-    V.fraction("train.b1", 0.9), V.fraction("train.b2", 0.99), V.positive("train.grad_clip", 1.0),
-    V.positive_int("train.log_every", 50), V.positive_int("train.checkpoint_every", 500),
-    V.positive_int("train.keep_checkpoints", 2),
-    V.choice("train.compute_dtype", ("auto", "fp32", "bf16")),
-    V.positive_int("train.scan_unroll", 1), V.positive_int("train.prefetch", 2),
-    V.relation(("train.steps_per_call", "train.num_steps"),
+TRAIN_CONSTRAINTS = validation.declare("train", (
+    validation.positive_int("train.num_steps", 2000), validation.positive_int("train.batch_size", 64),
+    validation.positive_int("train.seq_len", 100), validation.positive_int("train.steps_per_call", 50),
+    validation.positive("train.learning_rate", 3e-4), validation.non_negative_int("train.warmup_steps", 100),
+    validation.number("train.min_lr_ratio", 0.1, low=0, high=1), validation.non_negative("train.weight_decay", 1e-4),
+    validation.fraction("train.b1", 0.9), validation.fraction("train.b2", 0.99),
+    validation.positive("train.grad_clip", 1.0),
+    validation.positive_int("train.log_every", 50), validation.positive_int("train.checkpoint_every", 500),
+    validation.positive_int("train.keep_checkpoints", 2),
+    validation.choice("train.compute_dtype", ("auto", "fp32", "bf16")),
+    validation.positive_int("train.scan_unroll", 1), validation.positive_int("train.prefetch", 2),
+    validation.relation(("train.steps_per_call", "train.num_steps"),
                "train.steps_per_call must be at most train.num_steps (steps fused in one call)",
                lambda per_call, steps: per_call <= steps,
                lambda per_call, steps: f"train.steps_per_call={steps}"),
     # A training call runs steps_per_call steps: the run, its logs and checkpoints end on one.
-    *(V.relation((f"train.{name}", "train.steps_per_call"),
+    *(validation.relation((f"train.{name}", "train.steps_per_call"),
                  f"train.{name} must be a multiple of train.steps_per_call (a training call "
                  f"runs that many steps)",
                  lambda value, per_call: value % per_call == 0,
@@ -148,7 +149,7 @@ TRAIN_CONSTRAINTS = V.declare("train", (
       for name in ("num_steps", "log_every", "checkpoint_every")),
     # Several processes keep every device in the data mesh (pipeline/train.py data_mesh); one
     # process uses the most devices the batch divides over. A sweep splits replicas instead.
-    V.relation(("train.batch_size",),
+    validation.relation(("train.batch_size",),
                "train.batch_size must divide over the devices of all processes",
                lambda devices, batch: batch % devices == 0,
                lambda devices, batch: f"train.batch_size={max(devices, batch // devices * devices)}",
@@ -261,41 +262,42 @@ def _task_counts_example(total: int, train: int, test: int) -> str:
 
 #: What the other core sections take (core/validation.py). Registered names (method, env,
 #: data.source, data.builder) are checked where they are looked up, naming the nearest.
-BASE_CONSTRAINTS = V.declare("base", (
-    V.string("experiment", "my_experiment"), V.string("preset", "quick"), V.integer("seed", 0),
-    V.string("workdir", "runs/my_run"), V.string("method", "ad"),
-    V.string("env.name", "my_env"),
-    V.string("data.source"), V.positive_int("data.num_train_tasks", 60),
-    V.non_negative_int("data.num_test_tasks", 20), V.positive_int("data.histories_per_task", 1),
-    V.positive_int("data.num_steps", 1000), V.integer("data.split_seed", 0),
-    V.string("data.path", "runs/histories.npz"), V.positive_int("data.subsample", 1),
-    V.string("data.builder", "histories"), V.string("data.dataset_id"),
-    V.string("data.minari_root"), V.string("data.minari_id"),
-    V.positive_int("eval.num_steps", 500), V.positive_int("eval.num_envs_per_task", 1),
-    V.boolean("eval.greedy"), V.positive("eval.temperature", 1.0),
-    V.non_negative_int("eval.context_caches", 0), V.integer("eval.seed", 1),
-    V.choice("eval.tasks", ("test", "train")), V.non_negative_int("eval.chunk_size", 0),
-    V.non_negative_int("eval.every", 0), V.positive_int("eval.final_window", 1),
-    V.string("report.kind", "seeds"), V.positive_int("report.num_seeds", 1),
-    V.string("report.label"),
-    V.boolean("run.generate"), V.boolean("run.evaluate"), V.boolean("run.progress"),
-    V.string("dist.coordinator", "host:1234"), V.non_negative_int("dist.num_processes", 0),
-    V.integer("dist.process_id", -1, minimum=-1), V.boolean("dist.cluster"),
-    V.positive("dist.timeout_s", 300),
-    V.boolean("log.wandb"), V.string("log.wandb_project", "icrl-jax"),
-    V.choice("log.wandb_mode", ("offline", "online", "disabled")),
-    V.relation(("eval.every", "train.steps_per_call"),
+BASE_CONSTRAINTS = validation.declare("base", (
+    validation.string("experiment", "my_experiment"), validation.string("preset", "quick"),
+    validation.integer("seed", 0),
+    validation.string("workdir", "runs/my_run"), validation.string("method", "ad"),
+    validation.string("env.name", "my_env"),
+    validation.string("data.source"), validation.positive_int("data.num_train_tasks", 60),
+    validation.non_negative_int("data.num_test_tasks", 20), validation.positive_int("data.histories_per_task", 1),
+    validation.positive_int("data.num_steps", 1000), validation.integer("data.split_seed", 0),
+    validation.string("data.path", "runs/histories.npz"), validation.positive_int("data.subsample", 1),
+    validation.string("data.builder", "histories"), validation.string("data.dataset_id"),
+    validation.string("data.minari_root"), validation.string("data.minari_id"),
+    validation.positive_int("eval.num_steps", 500), validation.positive_int("eval.num_envs_per_task", 1),
+    validation.boolean("eval.greedy"), validation.positive("eval.temperature", 1.0),
+    validation.non_negative_int("eval.context_caches", 0), validation.integer("eval.seed", 1),
+    validation.choice("eval.tasks", ("test", "train")), validation.non_negative_int("eval.chunk_size", 0),
+    validation.non_negative_int("eval.every", 0), validation.positive_int("eval.final_window", 1),
+    validation.string("report.kind", "seeds"), validation.positive_int("report.num_seeds", 1),
+    validation.string("report.label"),
+    validation.boolean("run.generate"), validation.boolean("run.evaluate"), validation.boolean("run.progress"),
+    validation.string("dist.coordinator", "host:1234"), validation.non_negative_int("dist.num_processes", 0),
+    validation.integer("dist.process_id", -1, minimum=-1), validation.boolean("dist.cluster"),
+    validation.positive("dist.timeout_s", 300),
+    validation.boolean("log.wandb"), validation.string("log.wandb_project", "icrl-jax"),
+    validation.choice("log.wandb_mode", ("offline", "online", "disabled")),
+    validation.relation(("eval.every", "train.steps_per_call"),
                lambda every, per_call: f"eval.every must be a multiple of train.steps_per_call="
                f"{per_call} (a training call ends only there)",
                lambda every, per_call: every % per_call == 0,
                lambda every, per_call: f"eval.every={max(1, round(every / per_call)) * per_call}"),
-    V.relation(("data.num_test_tasks", "eval.tasks"),
+    validation.relation(("data.num_test_tasks", "eval.tasks"),
                "eval.tasks='test' evaluates on the held-out tasks: data.num_test_tasks must be "
                "at least 1",
                lambda env, test, tasks: tasks != "test" or test >= 1 or (
                    env.host and env.num_tasks == 1),
                lambda env, test, tasks: "data.num_test_tasks=1", needs="env"),
-    V.relation(("data.num_train_tasks", "data.num_test_tasks"),
+    validation.relation(("data.num_train_tasks", "data.num_test_tasks"),
                lambda env, train, test: f"data.num_train_tasks + data.num_test_tasks = "
                f"{train + test} must be at most the {env.num_tasks} tasks the env has",
                lambda env, train, test: _fits_tasks(env, train, test),
@@ -392,7 +394,7 @@ def set_dotted(config: ml_collections.ConfigDict, dotted: str, value: Any) -> No
     try:
         node[leaf] = value
     except TypeError:  # ml_collections refuses a value of another type than the field's
-        raise V.ConfigValueError(
+        raise validation.ConfigValueError(
             f"config {dotted}={value!r} must be a {type(node[leaf]).__name__} like its default; "
             f"e.g. --config.{dotted}={node[leaf]!r}") from None
 

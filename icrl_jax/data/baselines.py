@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.core.registry import Registry
 from icrl_jax.data.sources import build_source, noisy_oracle, uniform_random
 
@@ -57,6 +57,6 @@ def baseline_policies(config, env, skip=()) -> dict[str, Any]:
 
 
 #: What `eval.baselines` takes (core/validation.py): the shared baselines above.
-BASELINE_CONSTRAINTS = V.declare("baselines", (
-    V.subset("eval.baselines", tuple(SHARED), "\"('source', 'random')\""),
+BASELINE_CONSTRAINTS = validation.declare("baselines", (
+    validation.subset("eval.baselines", tuple(SHARED), "\"('source', 'random')\""),
 ))

@@ -27,9 +27,9 @@ import zlib
 import jax
 import numpy as np
 
-from icrl_jax.core import metrics as M
-from icrl_jax.core import validation as V
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.core import metrics
+from icrl_jax.core import validation
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.history import CorruptHistoryError, load_history, save_history
 from icrl_jax.data.pixel_store import PixelStore, PixelStoreWriter
 from icrl_jax.data.rollout import run_policies
@@ -169,7 +169,7 @@ class Histories(Builder):
                 writer.add_history(out["observations"][i], out["actions"][i], out["rewards"][i],
                                    out["dones"][i])
         seconds = time.perf_counter() - start
-        returns = M.episode_returns_ragged(out["rewards"], out["dones"])
+        returns = metrics.episode_returns_ragged(out["rewards"], out["dones"])
         frames = len(tasks) * num_steps
         stats = dict(env=config.env.name, histories=int(len(tasks)), steps_per_history=num_steps,
                      frames=int(frames), generation_seconds=seconds,
@@ -285,7 +285,7 @@ class Minari(Builder):
                        "ref_max_score": _expert_source(env)}
             for name, policy in experts.items():
                 h = generate_histories(env, policy, params, length, jax.random.fold_in(key, 1))
-                returns = M.episode_returns_ragged(np.asarray(h.rewards), np.asarray(h.dones))
+                returns = metrics.episode_returns_ragged(np.asarray(h.rewards), np.asarray(h.dones))
                 refs[name] = float(np.mean([r[0] for r in returns if len(r)]))
         obs_space, act_space = spaces_of(env)
         write_minari(self.root(config), config.data.dataset_id, episodes, obs_space, act_space, config.env.name,
@@ -336,13 +336,13 @@ BUILDERS.register("histories", Histories())
 BUILDERS.register("minari", Minari(), needs=("minari",))
 
 #: Data settings a builder ignores, named when a user sets them (core/validation.py).
-BUILDER_CONSTRAINTS = V.declare("builders", (
-    V.no_effect("data.histories_per_task", 1, (("data.builder", "locomotion"),),
+BUILDER_CONSTRAINTS = validation.declare("builders", (
+    validation.no_effect("data.histories_per_task", 1, (("data.builder", "locomotion"),),
                 "with data.builder='locomotion' (one PPO run, data.num_train_tasks streams)"),
-    V.no_effect("data.source", "ppo", (("data.builder", "locomotion"),),
+    validation.no_effect("data.source", "ppo", (("data.builder", "locomotion"),),
                 "with data.builder='locomotion' (it always trains PPO; data.source_kwargs are "
                 "PPO's)"),
-    *(V.no_effect(key, default, lambda minari_id: bool(minari_id),
+    *(validation.no_effect(key, default, lambda minari_id: bool(minari_id),
                   "with data.minari_id set (that dataset is read as it is)",
                   needs=("data.minari_id",))
       for key, default in (("data.source", ""), ("data.histories_per_task", 1))),
@@ -458,7 +458,7 @@ def dataset_returns(dataset) -> np.ndarray | None:
         return np.asarray(dataset.episode_returns)
     if isinstance(dataset, PixelStore):
         return None
-    return np.concatenate(M.episode_returns_ragged(dataset.rewards, dataset.dones))
+    return np.concatenate(metrics.episode_returns_ragged(dataset.rewards, dataset.dones))
 
 
 def reference_scores(dataset) -> tuple[float, float] | None:

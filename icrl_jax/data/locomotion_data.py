@@ -14,7 +14,7 @@ import numpy as np
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.metrics import episode_returns_ragged
 from icrl_jax.data.builders import BUILDERS, Minari, cut_episodes
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.minari_io import spaces_of, write_minari
 from icrl_jax.data.sources import build_source
 from icrl_jax.data.sources.ppo import PPO, PPOConfig, agent_of, plan_chunks, ppo_policy

@@ -27,7 +27,7 @@ import threading
 import jax
 import numpy as np
 from icrl_jax.core.files import write_json
-from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.windows import StepWindows
 
 FORMAT = "icrl-jax-pixel-store"
 FIELDS = ("obs", "actions", "rewards", "dones", "history")

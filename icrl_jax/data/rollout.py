@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.envs.host.bridge import HostStep, host_rollout
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.sources import ParamSource, Source, Transition
 from icrl_jax.core.logging_utils import progress
 

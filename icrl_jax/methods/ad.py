@@ -8,14 +8,14 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.windows import StepWindows
 from icrl_jax.methods import register
 from icrl_jax.methods.in_context import InContextMethod
 from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.heads import smoothed_cross_entropy
 from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.xland_view import XLandViewEncoder
-from icrl_jax.models.tokens import ADStepTokens
+from icrl_jax.models.step_tokens import ADStepTokens
 from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mask
 from icrl_jax.models.compiled import Compiled
 

@@ -8,7 +8,7 @@ A method is registered with `@register` (see `methods/__init__.py`) and provides
 * `training_data(dataset, config, env) -> TrainData`: the view of a stored dataset it trains on
   (step windows of learning histories, trajectory windows, or a loader over a pixel store);
 * `policies(params, env, config) -> {name: ParamSource}`: how the trained model acts, run by the
-  one rollout driver (`data/histories.py`) on JAX envs and through the bridge on host envs;
+  one rollout driver (`data/history_generation.py`) on JAX envs and through the bridge on host envs;
 * hooks: `prepare_config` (fields filled before the config is locked), `signature` (what a
   checkpoint must agree on), `eval_params` (per-evaluation parameters),
   `label` (its row name in reports), `trainable` (frozen parameters), `any_action_count`

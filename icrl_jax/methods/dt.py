@@ -1,6 +1,6 @@
 """Decision Transformer (Chen et al., 2021): return-conditioned behaviour cloning on trajectories.
 
-The sequence is (R_t, s_t, a_t) per step (`models/dt_tokens.py`); each modality has its own
+The sequence is (R_t, s_t, a_t) per step (`models/trajectory_tokens.py`); each modality has its own
 embedding and the action a_t is predicted from the hidden state of the state token s_t. Heads:
 
 * discrete and multi-discrete (n components, `action_dims`): one categorical head per component,
@@ -58,9 +58,9 @@ from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
 from icrl_jax.methods.dt_rollout import return_conditioned_source
 from icrl_jax.models.encoders import CNNEncoder
-from icrl_jax.models.dt_tokens import (MultiActionTokens, ReturnEmbedding, SingleActionToken,
+from icrl_jax.models.trajectory_tokens import (MultiActionTokens, ReturnEmbedding, SingleActionToken,
                                        interleave_step_tokens, step_attention_mask)
-from icrl_jax.models.tokens import ObservationEmbedding
+from icrl_jax.models.step_tokens import ObservationEmbedding
 from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_slots
 from icrl_jax.models.compiled import Compiled
 

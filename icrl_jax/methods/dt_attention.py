@@ -19,7 +19,7 @@ import numpy as np
 
 from icrl_jax.data.trajectories import Trajectories
 from icrl_jax.core.plots import save_figure
-from icrl_jax.models.dt_tokens import token_labels
+from icrl_jax.models.trajectory_tokens import token_labels
 
 
 def context_attention(method, params, context: Trajectories) -> tuple[np.ndarray, list[str]]:

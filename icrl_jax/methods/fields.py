@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.core.config import base_config, default_transformer_config
 from icrl_jax.models.fields import ngram_model_fields
 
@@ -40,20 +40,20 @@ def ad_model_fields() -> dict:
 
 
 #: What AD's model fields take (core/validation.py).
-AD_CONSTRAINTS = V.declare("ad", (
-    V.fraction("model.label_smoothing", 0.0), V.boolean("model.grid_observations"),
-    V.boolean("model.episode_starts"), V.boolean("model.episode_returns"),
-    V.choice("model.observation_encoder", ("none", "cnn", "xland")),
-    V.int_tuple("model.encoder_channels", "'(32, 64, 64)'", nonempty=True),
-    V.positive_int("model.encoder_pool", 1), V.non_negative_int("model.encoder_dim", 0),
+AD_CONSTRAINTS = validation.declare("ad", (
+    validation.fraction("model.label_smoothing", 0.0), validation.boolean("model.grid_observations"),
+    validation.boolean("model.episode_starts"), validation.boolean("model.episode_returns"),
+    validation.choice("model.observation_encoder", ("none", "cnn", "xland")),
+    validation.int_tuple("model.encoder_channels", "'(32, 64, 64)'", nonempty=True),
+    validation.positive_int("model.encoder_pool", 1), validation.non_negative_int("model.encoder_dim", 0),
     # Checked here, not when the trained model is rolled out (methods/in_context.py): the
     # staggered caches split the context (train.seq_len steps), and a shuffled n-gram pattern
     # cannot be decoded from a cache.
-    V.relation(("eval.context_caches", "train.seq_len", "model.grid_observations"),
+    validation.relation(("eval.context_caches", "train.seq_len", "model.grid_observations"),
                "eval.context_caches must be at most the context, train.seq_len",
                lambda caches, seq_len, _: caches <= seq_len,
                lambda caches, seq_len, _: f"eval.context_caches={seq_len}"),
-    V.relation(("eval.context_caches", "model.ngram_shuffle"),
+    validation.relation(("eval.context_caches", "model.ngram_shuffle"),
                "shuffled n-gram patterns cannot be decoded from caches",
                lambda caches, shuffle: caches == 0 or not shuffle,
                lambda caches, shuffle: "eval.context_caches=0"),
@@ -93,23 +93,23 @@ def dt_model_config() -> ml_collections.ConfigDict:
 
 
 #: What the Decision Transformer's model fields take (core/validation.py).
-DT_CONSTRAINTS = V.declare("dt", (
-    V.choice("model.timestep_encoding", ("timestep", "position", "none")),
-    V.positive("model.max_timestep", 1000), V.positive("model.rtg_scale", 1.0),
-    V.choice("model.action_prediction", ("state", "autoregressive")),
-    V.int_tuple("model.cnn_channels", "'(32, 64, 64)'", nonempty=True),
-    V.positive_int("model.cnn_kernel", 4), V.positive_int("model.obs_pool", 1),
-    V.positive("model.embed_norm_epsilon", 1e-6),
-    V.number("model.return_conditioned", 1.0),
+DT_CONSTRAINTS = validation.declare("dt", (
+    validation.choice("model.timestep_encoding", ("timestep", "position", "none")),
+    validation.positive("model.max_timestep", 1000), validation.positive("model.rtg_scale", 1.0),
+    validation.choice("model.action_prediction", ("state", "autoregressive")),
+    validation.int_tuple("model.cnn_channels", "'(32, 64, 64)'", nonempty=True),
+    validation.positive_int("model.cnn_kernel", 4), validation.positive_int("model.obs_pool", 1),
+    validation.positive("model.embed_norm_epsilon", 1e-6),
+    validation.number("model.return_conditioned", 1.0),
     # DT decodes every step from its window of tokens (model.timestep_encoding marks DT's).
-    V.Constraint(("eval.context_caches", "model.timestep_encoding"), "",
+    validation.Constraint(("eval.context_caches", "model.timestep_encoding"), "",
                  lambda caches, _: caches == 0, "",
                  message=lambda caches, _: f"config eval.context_caches={caches} has no effect "
                  f"with a Decision Transformer (AD-family rollouts only); leave it at 0"),
     # DT evaluates one policy per target return (model.timestep_encoding marks DT's configs).
-    V.Constraint(("eval.target_returns", "model.timestep_encoding"), "",
+    validation.Constraint(("eval.target_returns", "model.timestep_encoding"), "",
                  lambda targets, _: isinstance(targets, (tuple, list)) and len(targets) > 0
-                 and all(V.is_number(t) for t in targets), "",
+                 and all(validation.is_number(t) for t in targets), "",
                  message=lambda targets, _: f"config eval.target_returns={targets!r} must be a "
                  f"non-empty tuple of returns to condition on (one evaluation policy each); e.g. "
                  f"--config.eval.target_returns='(1.0,)'"),

@@ -29,7 +29,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.data.dataset import (StepWindows, check_dataset, sample_windows,
+from icrl_jax.data.windows import (StepWindows, check_dataset, sample_windows,
                                    subsample_episodes, to_step_windows)
 from icrl_jax.data.history import History
 from icrl_jax.data.pixel_store import PixelStore, StepWindowsLoader, example_step_windows

@@ -6,7 +6,7 @@ Pure ml_collections (no model code), so that experiment files, which import thes
 
 from __future__ import annotations
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 
 
 def ngram_model_fields() -> dict:
@@ -28,16 +28,16 @@ def ngram_model_fields() -> dict:
 
 
 #: What the n-gram layers' fields take (core/validation.py).
-NGRAM_CONSTRAINTS = V.declare("ngram", (
-    V.int_tuple("model.ngram_positions", "'(1,)'", minimum=0),
-    V.positive_int("model.ngram_max", 1), V.boolean("model.ngram_shuffle"),
-    V.boolean("model.ngram_latest"), V.string("model.ngram_match", "transition"),
-    V.string("model.vq_checkpoint"),
-    *(V.no_effect(key, default, lambda positions: not positions,
+NGRAM_CONSTRAINTS = validation.declare("ngram", (
+    validation.int_tuple("model.ngram_positions", "'(1,)'", minimum=0),
+    validation.positive_int("model.ngram_max", 1), validation.boolean("model.ngram_shuffle"),
+    validation.boolean("model.ngram_latest"), validation.string("model.ngram_match", "transition"),
+    validation.string("model.vq_checkpoint"),
+    *(validation.no_effect(key, default, lambda positions: not positions,
                   "without n-gram layers (model.ngram_positions=())",
                   needs=("model.ngram_positions",))
       for key, default in (("model.ngram_max", 1), ("model.ngram_shuffle", False))),
-    V.relation(("model.ngram_positions", "model.num_layers"),
+    validation.relation(("model.ngram_positions", "model.num_layers"),
                "each of model.ngram_positions must be at most model.num_layers (a layer goes "
                "after that many blocks)",
                lambda positions, layers: all(p <= layers for p in positions),

@@ -85,9 +85,9 @@ def _run(argv: list[str]) -> None:
     # the modules that register commands, and gymnax computes on import.
     distributed.initialize(_CONFIG.value.dist)
     command = COMMANDS.get(args[0])
-    from icrl_jax.pipeline import run as R
-    config = R.resolve_config(_CONFIG.value)
-    R.run(config, command.name)
+    from icrl_jax.pipeline import run as run_pipeline
+    config = run_pipeline.resolve_config(_CONFIG.value)
+    run_pipeline.run(config, command.name)
     return None  # app.run exits with a returned value as the status
 
 

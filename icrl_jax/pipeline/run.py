@@ -30,8 +30,8 @@ import ml_collections
 import numpy as np
 
 from icrl_jax import envs
-from icrl_jax.core import metrics as M
-from icrl_jax.pipeline import train as T
+from icrl_jax.core import metrics
+from icrl_jax.pipeline import train as trainer
 from icrl_jax.core.config import check_workdir, finalize, saved_config
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
@@ -99,7 +99,7 @@ def process_share(config, env) -> Rows | None:
     devices' share (`train.process_rows`), when the builder makes rows alone and they divide
     over the devices; else None."""
     total = num_rows(config, env) if jax.process_count() > 1 else None
-    indices = None if total is None else T.process_rows(total)
+    indices = None if total is None else trainer.process_rows(total)
     if indices is None:
         return None
     contiguous = len(indices) == indices[-1] - indices[0] + 1
@@ -157,7 +157,7 @@ def train(config):
 
     @sized_by("training", config)
     def fit(stop_at=None):
-        return T.train(method, data, config.train, config.workdir,
+        return trainer.train(method, data, config.train, config.workdir,
                        method.signature(config, env), seed=config.seed,
                        show_progress=config.run.progress, stop_at=stop_at, log=config.log,
                        programs=programs)
@@ -170,7 +170,7 @@ def train(config):
         # Evaluations during training (the M-SAT paper's after each epoch): each at its own
         # checkpoint, kept in evals/; a resumed run skips those done, and those it is past.
         done = os.path.exists(_eval_path(config, step))
-        if done or (T.latest_checkpoint_step(config.workdir) or 0) > step:
+        if done or (trainer.latest_checkpoint_step(config.workdir) or 0) > step:
             continue
         state = fit(stop_at=step)
         evaluate(config, params=jax.tree.map(jnp.asarray, state.params), step=step)
@@ -215,7 +215,7 @@ def _same_shapes_across_processes(tree) -> bool:
 def load_params(config, env, method, data=None):
     """The latest checkpoint's parameters (a clear error if there is none or it is unreadable)."""
     data = data or method.training_data(open_dataset(config, env), config, env)
-    return T.restore_params(method, data, config.train, config.workdir,
+    return trainer.restore_params(method, data, config.train, config.workdir,
                             method.signature(config, env))
 
 
@@ -253,7 +253,7 @@ def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
                             show_progress=config.run.progress,
                             # final policy states only for a method whose analysis reads them
                             keep_state=type(method).write_analysis is not Method.write_analysis)
-    results, curves = M.summarise(env.scoring, rollouts, num_steps, int(config.eval.final_window),
+    results, curves = metrics.summarise(env.scoring, rollouts, num_steps, int(config.eval.final_window),
                                     env.goal_terminates)
     for name, rollout in rollouts.items():
         results.update({f"{name}_{k}": v for k, v in env.rollout_metrics(rollout, num_steps).items()}
@@ -269,9 +269,9 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     `in_context_curves.png` and, for the final parameters only, the method's analysis (e.g.
     attention maps). Without `params`, the newest checkpoint is evaluated and `eval.json`
     records its step (`checkpoint_step`), with a note when it is not `train.num_steps`."""
-    if params is None and T.latest_checkpoint_step(config.workdir) is None:
+    if params is None and trainer.latest_checkpoint_step(config.workdir) is None:
         # Before the dataset is made: evaluating a run never trained needs nothing generated.
-        raise T.MissingCheckpointError(
+        raise trainer.MissingCheckpointError(
             f"no checkpoint to evaluate in {os.path.join(config.workdir, 'checkpoints')}; train "
             f"first (icrl-jax train with the same --config)")
     env = build_env(config)
@@ -281,7 +281,7 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     checkpoint_step = int(config.train.num_steps) if step is None else int(step)
     if params is None:
         params = load_params(config, env, method, method.training_data(dataset, config, env))
-        checkpoint_step = T.latest_checkpoint_step(config.workdir)
+        checkpoint_step = trainer.latest_checkpoint_step(config.workdir)
     tasks = eval_tasks(env, config)
     start = time.perf_counter()
     with sized_by("evaluation", config):
@@ -305,7 +305,7 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
                                              next(iter(rollouts))]["rewards"])),
                    num_steps=int(config.eval.num_steps), tasks=config.eval.tasks,
                    eval_seconds=time.perf_counter() - start)
-    results["curves"] = {n: M.mean_curve(c) for n, c in curves.items()}
+    results["curves"] = {n: metrics.mean_curve(c) for n, c in curves.items()}
     if not is_main_process():  # every process rolls out on its own devices; one writes
         return results
     # Per rollout, for analyses the means hide (e.g. how often the return is 0, 1 or 2).
@@ -313,7 +313,7 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
     per_rollout = {
         f"{name}_regret" if regret else f"{name}_returns": (
             np.asarray(curves[name], np.float32) if regret
-            else M.rollout_episode_returns(rollout, config.eval.num_steps))
+            else metrics.rollout_episode_returns(rollout, config.eval.num_steps))
         for name, rollout in rollouts.items()}
     per_rollout["task_ids"] = eval_task_ids(env, config)
     if step is None:  # its files are not per step: a mid-training one would be overwritten

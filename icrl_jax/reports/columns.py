@@ -25,7 +25,7 @@ import ml_collections
 import numpy as np
 
 from icrl_jax.core.files import write_json, write_text
-from icrl_jax.pipeline import run as R
+from icrl_jax.pipeline import run as run_pipeline
 from icrl_jax.core.config import set_dotted
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.metrics import seed_mean_sem
@@ -37,7 +37,7 @@ from icrl_jax.methods import method_class
 def column_config(config, column: str, seed: int) -> ml_collections.ConfigDict:
     """The config of one column's seed: its overrides, seed and work directory, the shared
     dataset."""
-    seeded = R.seed_config(config, seed)
+    seeded = run_pipeline.seed_config(config, seed)
     seeded.unlock()
     for dotted, value in config.columns[column]:
         for field in _report_fields(value):
@@ -78,7 +78,7 @@ def _cell(values: list[float]) -> dict[str, Any]:
 
 def run_columns(config) -> dict[str, str]:
     """Train and evaluate every column's seeds (resuming), then write the table."""
-    R.generate(config, R.build_env(config))
+    run_pipeline.generate(config, run_pipeline.build_env(config))
     target = f"model@{float(max(config.eval.target_returns)):g}"
     metrics = list(config.report.metrics)
     run_metrics = list(config.report.run_metrics)  # eval.json keys without the target prefix
@@ -95,7 +95,7 @@ def run_columns(config) -> dict[str, str]:
             os.makedirs(seeded.workdir, exist_ok=True)
             result_path = os.path.join(seeded.workdir, "eval.json")
             if not os.path.exists(result_path):
-                R.train(seeded)
+                run_pipeline.train(seeded)
             with open(result_path) as f:
                 result = json.load(f)
             for metric in metrics:

@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from icrl_jax.core.files import write_json, write_text
-from icrl_jax.pipeline import run as R  # noqa: E402
+from icrl_jax.pipeline import run as run_pipeline  # noqa: E402
 from icrl_jax.core.config import saved_config  # noqa: E402
 from icrl_jax.core.errors import UserError  # noqa: E402
 from icrl_jax.core.registry import REPORTS  # noqa: E402
@@ -169,7 +169,7 @@ def report_seeds(config) -> dict[str, str]:
     """The default report (`report.kind="seeds"`): `report.num_seeds` seeds trained and
     evaluated (resuming, on one shared dataset), then their table and curves in
     `<workdir>/report`."""
-    return write_seed_report(R.train_seeds(config), os.path.join(config.workdir, "report"))
+    return write_seed_report(run_pipeline.train_seeds(config), os.path.join(config.workdir, "report"))
 
 
 REPORTS.register("seeds", report_seeds)

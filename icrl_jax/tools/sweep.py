@@ -37,8 +37,8 @@ import numpy as np
 from icrl_jax.core.files import write_json
 from icrl_jax.core.plots import save_figure
 from icrl_jax import envs
-from icrl_jax.core import metrics as M
-from icrl_jax.pipeline import train as T
+from icrl_jax.core import metrics as core_metrics
+from icrl_jax.pipeline import train as trainer
 from icrl_jax.core.config import finalize, set_dotted
 from icrl_jax.data.builders import open_dataset, task_split
 from icrl_jax.data.rollout import run_policies
@@ -100,7 +100,7 @@ def train_assignments(config, env, data: TrainData, assignments: Sequence[dict[s
     Returns `(params, metrics)`: params stacked over the K assignments, and the final
     `{loss, accuracy}` of each `(K,)` from the last logged step.
     """
-    hypers = T.replica_hyperparameters(config, assignments)
+    hypers = trainer.replica_hyperparameters(config, assignments)
     # A group trains for minutes to hours: a progress bar per program, as `train` has.
     show_progress = bool(config.run.progress)
     signature = dict(sweep_group=group_key(assignments[0]), method=config.method,
@@ -108,7 +108,7 @@ def train_assignments(config, env, data: TrainData, assignments: Sequence[dict[s
 
     def run(indices, directory):
         hyper = {k: v[np.asarray(indices)] for k, v in hypers.items()}
-        state, metrics = T.train_replicas(lambda model: build_method(config, env, model), config,
+        state, metrics = trainer.train_replicas(lambda model: build_method(config, env, model), config,
                                           data, directory, signature,
                                           [seeds[i] for i in indices], hyper,
                                           show_progress=show_progress, programs=programs)
@@ -188,9 +188,9 @@ def _rollout_scores(config, env, policies, test_ids) -> dict[str, float]:
     rollouts = run_policies(env, policies, env.task_params(test_ids), int(config.eval.num_steps),
                             jax.random.PRNGKey(config.eval.seed),
                             chunk_size=config.eval.chunk_size or None)
-    results, curves = M.summarise(env.scoring, rollouts, int(config.eval.num_steps),
+    results, curves = core_metrics.summarise(env.scoring, rollouts, int(config.eval.num_steps),
                                   int(config.eval.final_window), env.goal_terminates)
-    return dict(results, **{f"{name}_curve": M.mean_curve(c) for name, c in curves.items()})
+    return dict(results, **{f"{name}_curve": core_metrics.mean_curve(c) for name, c in curves.items()})
 
 
 def _baselines(config, env, test_ids) -> dict[str, float]:
@@ -221,7 +221,7 @@ def evaluate_params(config, env, method, params, test_ids, baselines) -> dict[st
     model = {k: v for k, v in results.items() if k.startswith("model_")}
     key = "final_regret" if env.scoring == envs.REGRET else "last_episode_return"
     with np.errstate(invalid="ignore", divide="ignore"):  # source == random: NaN, not a warning
-        model["normalised_score"] = float(M.normalised_score(
+        model["normalised_score"] = float(core_metrics.normalised_score(
             model[f"model_{key}"], baselines[f"random_{key}"], baselines[f"source_{key}"]))
     model["curve"] = model.pop("model_curve")
     return model
@@ -363,7 +363,7 @@ def emp_of(workdir: str, score: str = "model_last_episode_return") -> dict[str, 
     per_sweep = [sorted(read_results(w), key=lambda r: r["index"]) for w in dirs]
     results = [r for rs in per_sweep for r in rs]
     scores = np.asarray([r[score] for r in results], np.float64)
-    mean, std = M.expected_max_performance(scores)
+    mean, std = core_metrics.expected_max_performance(scores)
     sources = [rs[0].get("source_last_episode_return") for rs in per_sweep if rs]
     source = float(np.mean(sources)) if sources and None not in sources else None
     optimal = optimal_return_of(dirs[0]) if score == "model_last_episode_return" else None
@@ -453,13 +453,13 @@ def compare_sweeps(workdirs: Sequence[str], out: str, labels: Sequence[str] | No
                      emp_at_1=emp["emp_mean"][0], emp_at_n=emp["emp_mean"][-1],
                      emp_std_at_n=emp["emp_std"][-1])
         if source is not None:
-            entry[f"assignments_to_{near_optimal:g}_source"] = M.assignments_to_reach(
+            entry[f"assignments_to_{near_optimal:g}_source"] = core_metrics.assignments_to_reach(
                 emp["scores"], near_optimal * source)
             entry["assignments_to_fraction_of_source"] = {
-                f"{f:g}": M.assignments_to_reach(emp["scores"], f * source) for f in fractions}
+                f"{f:g}": core_metrics.assignments_to_reach(emp["scores"], f * source) for f in fractions}
         if optimal is not None:
             entry["assignments_to_fraction_of_optimal"] = {
-                f"{f:g}": M.assignments_to_reach(emp["scores"], f * optimal)
+                f"{f:g}": core_metrics.assignments_to_reach(emp["scores"], f * optimal)
                 for f in sorted({*fractions, 0.8, near_optimal})}
         summary["methods"][label] = entry
     references = _references(dict(source_last_episode_return=source,

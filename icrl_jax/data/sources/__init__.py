@@ -24,7 +24,7 @@ from typing import Any, Callable, NamedTuple
 import flax.struct
 import jax
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.registry import Registry
 
@@ -121,12 +121,12 @@ _DECLARED_IN = {"thompson_sampling": "thompson", "linucb": "linucb", "q_learning
                 "noisy_rational": "noisy_rational", "ppo": "ppo"}
 for _name in SOURCES._parts:
     _module = _DECLARED_IN.get(_name)
-    V.kwargs_of("source", _name, () if _module is None else
+    validation.kwargs_of("source", _name, () if _module is None else
                 importlib.import_module(f"icrl_jax.data.sources.{_module}").KWARGS)
-V.kwargs_of("source", "noisy_expert",
+validation.kwargs_of("source", "noisy_expert",
             importlib.import_module("icrl_jax.data.sources.noisy_oracle").EXPERT_KWARGS)
 # Recurrent PPO on XLand rulesets is no per-history Source: data.builder='xland_ppo' runs it.
-V.kwargs_of("source", "xland_ppo",
+validation.kwargs_of("source", "xland_ppo",
             importlib.import_module("icrl_jax.data.sources.xland_ppo").KWARGS)
 
 
@@ -134,7 +134,7 @@ def register(name: str, builder: Callable, kwargs: tuple = ()) -> None:
     """Register a source `builder(env, num_steps, kwargs)` under `name`, with what its
     `data.source_kwargs` take (`core.validation.kwargs_of`; none by default)."""
     SOURCES.register(name, builder)
-    V.kwargs_of("source", name, kwargs)
+    validation.kwargs_of("source", name, kwargs)
 
 
 def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):

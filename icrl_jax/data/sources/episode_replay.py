@@ -20,7 +20,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import uniform_pick
 
@@ -43,11 +43,11 @@ KEYS = ("step", "cell")
 
 #: What `data.source_kwargs` take (core/validation.py `kwargs_of`).
 KWARGS = (
-    V.number("eps_start", 0.5, low=0, high=1), V.number("eps_end", 0.0, low=0, high=1),
-    V.non_negative("decay_fraction", 0.8), V.choice("key_by", KEYS),
-    V.env_requirement("needs an episodic env with a fixed episode length",
+    validation.number("eps_start", 0.5, low=0, high=1), validation.number("eps_end", 0.0, low=0, high=1),
+    validation.non_negative("decay_fraction", 0.8), validation.choice("key_by", KEYS),
+    validation.env_requirement("needs an episodic env with a fixed episode length",
                       lambda env: env.episode_length is not None and not env.host),
-    V.relation(("key_by",), "key_by='cell' needs discrete observations",
+    validation.relation(("key_by",), "key_by='cell' needs discrete observations",
                lambda env, key_by: key_by != "cell" or env.discrete_observations,
                lambda env, key_by: "key_by=step", needs="env"),
 )

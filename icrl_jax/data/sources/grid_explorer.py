@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax.envs.darkroom import DarkRoom, KeyToDoor
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import first_argmax, uniform_pick
 
@@ -57,9 +57,9 @@ class ExplorerState:
 
 #: What `data.source_kwargs` take (core/validation.py `kwargs_of`).
 KWARGS = (
-    V.number("eps", 0.1, low=0, high=1), V.optional(V.positive_int("memory", 500)),
-    V.number("lapse", 0.0, low=0, high=1),
-    V.env_requirement("needs Dark Room or Key-to-Door with cell-id observations",
+    validation.number("eps", 0.1, low=0, high=1), validation.optional(validation.positive_int("memory", 500)),
+    validation.number("lapse", 0.0, low=0, high=1),
+    validation.env_requirement("needs Dark Room or Key-to-Door with cell-id observations",
                       lambda env: isinstance(env, (DarkRoom, KeyToDoor))
                       and env.discrete_observations),
 )

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import masked_argmax
 
 
 #: What `data.source_kwargs` take (core/validation.py `kwargs_of`).
 KWARGS = (
-    V.non_negative("alpha", 1.0), V.positive("ridge", 1.0),
-    V.env_requirement("needs a bandit with float context observations",
+    validation.non_negative("alpha", 1.0), validation.positive("ridge", 1.0),
+    validation.env_requirement("needs a bandit with float context observations",
                       lambda env: env.kind == "bandit" and not env.discrete_observations
                       and len(env.observation_shape) == 1),
 )

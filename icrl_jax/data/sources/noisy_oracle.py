@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax.core.errors import UserError
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import first_argmax, uniform_pick
 
@@ -60,14 +60,14 @@ def _oracle_for(env):
 
 #: What `data.source_kwargs` of `noisy_oracle` and `noisy_expert` take (core/validation.py).
 ORACLE_KWARGS = (
-    V.number("eps_start", 1.0, low=0, high=1), V.number("eps_end", 0.0, low=0, high=1),
-    V.non_negative("decay_fraction", 0.9),
+    validation.number("eps_start", 1.0, low=0, high=1), validation.number("eps_end", 0.0, low=0, high=1),
+    validation.non_negative("decay_fraction", 0.9),
 )
-KWARGS = ORACLE_KWARGS + (V.env_requirement(
+KWARGS = ORACLE_KWARGS + (validation.env_requirement(
     "needs an env with an oracle: a privileged expert, a bandit or a grid world",
     lambda env: not env.host and (env.has_oracle or env.kind == "bandit"
                                   or env.grid_size is not None)),)
-EXPERT_KWARGS = ORACLE_KWARGS + (V.env_requirement(
+EXPERT_KWARGS = ORACLE_KWARGS + (validation.env_requirement(
     "needs an env with a privileged expert", lambda env: env.has_oracle and not env.host),)
 
 

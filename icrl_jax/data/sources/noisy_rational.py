@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.envs.base import EnvSpec
 from icrl_jax.data import sources
 
@@ -21,8 +21,8 @@ def noisy_rational_probs(progress: jax.Array, beta: float | jax.Array = 1.0) -> 
 
 
 #: What `data.source_kwargs` take (core/validation.py `kwargs_of`).
-KWARGS = (V.number("beta", 1.0),
-          V.env_requirement("needs an env that scores sub-goal progress (Uni[MASK]'s DoorKey)",
+KWARGS = (validation.number("beta", 1.0),
+          validation.env_requirement("needs an env that scores sub-goal progress (Uni[MASK]'s DoorKey)",
                             lambda env: type(env).subgoal_progress
                             is not EnvSpec.subgoal_progress))
 

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.data import sources
 from icrl_jax.core.errors import UserError
 
@@ -71,20 +71,20 @@ class PPOConfig:
 #: What `data.source_kwargs` of the `ppo` source (and the locomotion builder's PPO) take:
 #: `PPOConfig`'s fields and the run's (core/validation.py `kwargs_of`).
 KWARGS = (
-    V.positive_int("num_envs", 32), V.positive_int("rollout_steps", 64),
-    V.positive_int("epochs", 10), V.positive_int("minibatches", 32),
-    V.positive("learning_rate", 3e-4), V.boolean("anneal_lr"),
-    V.number("discount", 0.99, low=0, high=1), V.number("gae_lambda", 0.95, low=0, high=1),
-    V.positive("clip_eps", 0.2), V.non_negative("entropy_coef", 0.0),
-    V.non_negative("value_coef", 0.5), V.positive("max_grad_norm", 0.5),
-    V.positive("reward_scale", 0.1), V.int_tuple("hidden", "'(64, 64)'", nonempty=True),
-    V.positive_int("train_steps", 1_000_000), V.integer("seed", 0),
-    V.optional(V.number("target_return", 1000.0)), V.boolean("deterministic"),
-    V.relation(("num_envs", "rollout_steps", "minibatches"),
+    validation.positive_int("num_envs", 32), validation.positive_int("rollout_steps", 64),
+    validation.positive_int("epochs", 10), validation.positive_int("minibatches", 32),
+    validation.positive("learning_rate", 3e-4), validation.boolean("anneal_lr"),
+    validation.number("discount", 0.99, low=0, high=1), validation.number("gae_lambda", 0.95, low=0, high=1),
+    validation.positive("clip_eps", 0.2), validation.non_negative("entropy_coef", 0.0),
+    validation.non_negative("value_coef", 0.5), validation.positive("max_grad_norm", 0.5),
+    validation.positive("reward_scale", 0.1), validation.int_tuple("hidden", "'(64, 64)'", nonempty=True),
+    validation.positive_int("train_steps", 1_000_000), validation.integer("seed", 0),
+    validation.optional(validation.number("target_return", 1000.0)), validation.boolean("deterministic"),
+    validation.relation(("num_envs", "rollout_steps", "minibatches"),
                "data.source_kwargs.num_envs x rollout_steps must divide into minibatches",
                lambda envs, steps, minibatches: (envs * steps) % minibatches == 0,
                lambda envs, steps, minibatches: f"minibatches={math.gcd(envs * steps, 32)}"),
-    V.env_requirement("needs a JAX-native env with continuous actions",
+    validation.env_requirement("needs a JAX-native env with continuous actions",
                       lambda env: env.continuous_actions and not env.host),
 )
 

@@ -14,7 +14,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import (available_actions, first_argmax, pick_available,
                                           rotated_argmax)
@@ -32,14 +32,14 @@ def key_flag_index(num_cells: int) -> Callable:
 #: What `data.source_kwargs` take (core/validation.py `kwargs_of`); a history must span at
 #: least one episode (the epsilon schedule counts episodes).
 KWARGS = (
-    V.number("lr", 0.3, low=0, high=1, low_open=True), V.number("discount", 0.9, low=0, high=1),
-    V.number("eps_start", 1.0, low=0, high=1), V.number("eps_end", 0.0, low=0, high=1),
-    V.number("decay_fraction", 0.9, low=0, high=1, low_open=True),
-    V.choice("q_init", ("uniform", "zeros")), V.optional(V.boolean("use_key_flag")),
-    V.env_requirement("needs an episodic env with discrete observations",
+    validation.number("lr", 0.3, low=0, high=1, low_open=True), validation.number("discount", 0.9, low=0, high=1),
+    validation.number("eps_start", 1.0, low=0, high=1), validation.number("eps_end", 0.0, low=0, high=1),
+    validation.number("decay_fraction", 0.9, low=0, high=1, low_open=True),
+    validation.choice("q_init", ("uniform", "zeros")), validation.optional(validation.boolean("use_key_flag")),
+    validation.env_requirement("needs an episodic env with discrete observations",
                       lambda env: env.discrete_observations and env.episode_length is not None
                       and not env.host),
-    V.relation(("data.num_steps",), lambda env, steps: f"data.num_steps must be at least one "
+    validation.relation(("data.num_steps",), lambda env, steps: f"data.num_steps must be at least one "
                f"episode ({env.episode_length} steps) for q_learning",
                lambda env, steps: env.episode_length is None or steps >= env.episode_length,
                lambda env, steps: f"data.num_steps={env.episode_length * 10}", needs="env"),

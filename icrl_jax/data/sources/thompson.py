@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import first_argmax
 
@@ -142,11 +142,11 @@ def sample_beta(key: jax.Array, a: jax.Array, b: jax.Array, sampler: str = "exac
 
 #: What `data.source_kwargs` take (core/validation.py `kwargs_of`, registered as the source).
 KWARGS = (
-    V.choice("sampler", BETA_SAMPLERS), V.positive_int("proposals", 2),
-    V.Constraint(("prior",), "must be a Beta prior (alpha0, beta0) of two numbers >= 1",
+    validation.choice("sampler", BETA_SAMPLERS), validation.positive_int("proposals", 2),
+    validation.Constraint(("prior",), "must be a Beta prior (alpha0, beta0) of two numbers >= 1",
                  lambda v: isinstance(v, (tuple, list)) and len(v) == 2
-                 and all(V.is_number(x) and x >= 1 for x in v), "'(1.0, 1.0)'"),
-    V.env_requirement("needs a bandit (every step one pull with a 0/1 reward)",
+                 and all(validation.is_number(x) and x >= 1 for x in v), "'(1.0, 1.0)'"),
+    validation.env_requirement("needs a bandit (every step one pull with a 0/1 reward)",
                       lambda env: env.kind == "bandit" and not env.continuous_actions),
 )
 

@@ -8,15 +8,15 @@ Pure and per-history: the rollout driver vmaps it over envs and scans over steps
 
 from __future__ import annotations
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.data import sources
 from icrl_jax.core.errors import UserError
 from icrl_jax.envs.continuous.point_maze import PointMaze
 
 
 #: What `data.source_kwargs` take (core/validation.py `kwargs_of`).
-KWARGS = (V.non_negative("noise_scale", 0.0),
-          V.env_requirement("needs the point maze", lambda env: isinstance(env, PointMaze)))
+KWARGS = (validation.non_negative("noise_scale", 0.0),
+          validation.env_requirement("needs the point maze", lambda env: isinstance(env, PointMaze)))
 
 
 def waypoint_controller(env, noise_scale: float = 0.0) -> "sources.Source":

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.core.errors import UserError
 
 
@@ -77,14 +77,14 @@ class XLandPPOConfig:
 
 #: What `data.source_kwargs` take (core/validation.py).
 KWARGS = (
-    *(V.positive_int(name, 16) for name in ("num_envs", "rollout_steps", "epochs", "minibatches",
+    *(validation.positive_int(name, 16) for name in ("num_envs", "rollout_steps", "epochs", "minibatches",
                                             "obs_embedding", "action_embedding", "obs_features",
                                             "rnn_hidden", "head_hidden", "updates_per_call")),
-    V.positive("learning_rate", 1e-3), V.boolean("anneal_lr"),
-    V.number("discount", 0.99, low=0, high=1), V.number("gae_lambda", 0.95, low=0, high=1),
-    V.positive("clip_eps", 0.2), V.non_negative("entropy_coef", 0.01),
-    V.non_negative("value_coef", 0.5), V.positive("max_grad_norm", 0.5),
-    V.relation(("num_envs", "minibatches"), "num_envs must divide into minibatches (whole rollouts)",
+    validation.positive("learning_rate", 1e-3), validation.boolean("anneal_lr"),
+    validation.number("discount", 0.99, low=0, high=1), validation.number("gae_lambda", 0.95, low=0, high=1),
+    validation.positive("clip_eps", 0.2), validation.non_negative("entropy_coef", 0.01),
+    validation.non_negative("value_coef", 0.5), validation.positive("max_grad_norm", 0.5),
+    validation.relation(("num_envs", "minibatches"), "num_envs must divide into minibatches (whole rollouts)",
                lambda envs, minibatches: envs % minibatches == 0,
                lambda envs, minibatches: f"minibatches={max(1, math.gcd(envs, minibatches))}"),
 )

@@ -28,7 +28,7 @@ from icrl_jax.core.errors import UserError
 from icrl_jax.core.files import atomic_write
 from icrl_jax.data import sources
 from icrl_jax.data.builders import BUILDERS, DatasetShapeError, Histories, task_split
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.history import History, HistoryFormatError, load_history, save_history
 from icrl_jax.data.train_data import window_at
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.core.config import base_config
 
 
@@ -42,12 +42,12 @@ def _named_kwargs(value) -> bool:
 
 
 #: What the DPT fields take (core/validation.py); source names are checked where they are built.
-DPT_CONSTRAINTS = V.declare("dpt", (
-    V.boolean("model.shuffle_context"), V.boolean("dpt.offline"),
-    V.non_negative_int("dpt.offline_steps", 0), V.string("dpt.offline_source", "dirichlet_mixture"),
-    V.Constraint(("dpt.comparisons",), "must map source names to their kwargs",
+DPT_CONSTRAINTS = validation.declare("dpt", (
+    validation.boolean("model.shuffle_context"), validation.boolean("dpt.offline"),
+    validation.non_negative_int("dpt.offline_steps", 0), validation.string("dpt.offline_source", "dirichlet_mixture"),
+    validation.Constraint(("dpt.comparisons",), "must map source names to their kwargs",
                  _named_kwargs, "\"{'ucb': {}}\" (in the config file)"),
-    V.Constraint(("dpt.offline_comparisons",), "must map source names to their kwargs",
+    validation.Constraint(("dpt.offline_comparisons",), "must map source names to their kwargs",
                  _named_kwargs, "\"{'lcb': {}}\" (in the config file)"),
-    V.boolean("dpt.compare_ad"),
+    validation.boolean("dpt.compare_ad"),
 ))

@@ -30,7 +30,7 @@ from icrl_jax.core.metrics import seed_mean_sem
 from icrl_jax.core.registry import REPORTS
 from icrl_jax.data.builders import dataset_path
 from icrl_jax.methods.fields import ad_model_fields
-from icrl_jax.pipeline import run as R
+from icrl_jax.pipeline import run as run_pipeline
 
 #: How many in-context episodes the episodic table shows (then the last one).
 EPISODES_SHOWN = (1, 2, 3, 5, 10)
@@ -45,11 +45,11 @@ def ad_counterpart(config) -> ml_collections.ConfigDict:
             ad.model[key] = value
     ad.model.position = "learned"
     ad.data.builder = "histories"
-    ad.data.path = dataset_path(config, R.build_env(config))
+    ad.data.path = dataset_path(config, run_pipeline.build_env(config))
     ad.workdir = os.path.join(config.workdir, "ad")
     ad.report.label = ""
     ad.eval.baselines = ()  # the same baselines ran beside DPT on the same tasks
-    return R.resolve_config(ad)
+    return run_pipeline.resolve_config(ad)
 
 
 def seed_results(workdirs: list[str]) -> list[tuple[dict, dict]]:
@@ -128,11 +128,11 @@ def return_table(rows: dict[str, dict]) -> str:
 
 def report_claims(config) -> dict[str, str]:
     """`report.kind="dpt_claims"` (module docstring)."""
-    env = R.build_env(config)
-    dpt = seed_results(R.train_seeds(config))
+    env = run_pipeline.build_env(config)
+    dpt = seed_results(run_pipeline.train_seeds(config))
     seeds = {"": dpt}
     if config.dpt.compare_ad:
-        seeds["AD: "] = seed_results(R.train_seeds(ad_counterpart(config)))
+        seeds["AD: "] = seed_results(run_pipeline.train_seeds(ad_counterpart(config)))
     regret = env.scoring == "regret"
     rows = {}
     for prefix, results in seeds.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.methods.fields import dt_model_config
 
 
@@ -32,11 +32,11 @@ def gpt_dt_model_config() -> ml_collections.ConfigDict:
 
 
 #: What GPT-DT's fields and the language model's `lm` section take (core/validation.py).
-GPT_DT_CONSTRAINTS = V.declare("gpt_dt", (
-    V.string("model.pretrained", "runs/gpt2_lm_quick/hf"), V.boolean("model.pretrained_architecture"),
-    V.non_negative_int("model.pretrained_layers", 6),
-    V.boolean("model.mixture_of_attention"), V.non_negative("model.markov_penalty", 0.1),
-    V.boolean("model.freeze_attention"),
-    V.string("lm.corpus", "pydoc_topics"),
-    V.number("lm.validation_fraction", 0.05, low=0, high=1, low_open=True, high_open=True),
+GPT_DT_CONSTRAINTS = validation.declare("gpt_dt", (
+    validation.string("model.pretrained", "runs/gpt2_lm_quick/hf"), validation.boolean("model.pretrained_architecture"),
+    validation.non_negative_int("model.pretrained_layers", 6),
+    validation.boolean("model.mixture_of_attention"), validation.non_negative("model.markov_penalty", 0.1),
+    validation.boolean("model.freeze_attention"),
+    validation.string("lm.corpus", "pydoc_topics"),
+    validation.number("lm.validation_fraction", 0.05, low=0, high=1, low_open=True, high_open=True),
 ))

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.core.files import write_json
-from icrl_jax.pipeline import train as T
+from icrl_jax.pipeline import train as trainer
 from icrl_jax.papers.gpt_dtma.markov_heads import markov_heads, random_basis_ratio
 from icrl_jax.data.train_data import on_device
 from icrl_jax.core.errors import UserError
@@ -96,7 +96,7 @@ def pretrain(config) -> dict[str, Any]:
     lm = CausalLM(cfg)
     data = on_device(jnp.asarray(train_tokens), sample_byte_windows, window)
     signature = dict(method="gpt2_lm", gpt2=cfg.__dict__, corpus=config.lm.corpus)
-    state = T.train(lm, data, config.train, config.workdir, signature, seed=int(config.seed),
+    state = trainer.train(lm, data, config.train, config.workdir, signature, seed=int(config.seed),
                     show_progress=bool(config.run.progress), log=config.log)
     params = jax.tree.map(jnp.asarray, state.params)
     save_hf_gpt2(os.path.join(config.workdir, "hf"), cfg, params)

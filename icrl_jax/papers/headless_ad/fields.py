@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 from icrl_jax.methods.fields import ad_model_config
 
 
@@ -45,11 +45,11 @@ def variant_fields() -> dict:
 
 
 #: What the Headless-AD fields take (core/validation.py).
-HEADLESS_CONSTRAINTS = V.declare("headless_ad", (
-    V.positive_int("model.action_embed_dim", 64), V.positive("model.tau", 1.34),
-    V.choice("model.loss", ("infonce", "mse")), V.boolean("model.prompt"),
-    V.choice("model.embeddings", ("orthonormal", "normal")),
-    V.integer("model.eval_embedding_seed", 0), V.boolean("model.reward_gated_actions"),
-    V.choice("model.layout", ("ours", "reference")),
-    V.choice("model.prompt_order", ("set", "causal")),
+HEADLESS_CONSTRAINTS = validation.declare("headless_ad", (
+    validation.positive_int("model.action_embed_dim", 64), validation.positive("model.tau", 1.34),
+    validation.choice("model.loss", ("infonce", "mse")), validation.boolean("model.prompt"),
+    validation.choice("model.embeddings", ("orthonormal", "normal")),
+    validation.integer("model.eval_embedding_seed", 0), validation.boolean("model.reward_gated_actions"),
+    validation.choice("model.layout", ("ours", "reference")),
+    validation.choice("model.prompt_order", ("set", "causal")),
 ))

@@ -31,13 +31,13 @@ import jax.numpy as jnp
 import ml_collections
 
 from icrl_jax.papers.headless_ad.fields import add_headless_fields, default_headless_config  # noqa: F401
-from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.windows import StepWindows
 from icrl_jax.methods import register
 from icrl_jax.methods.ad import AD, grid_size_of
 from icrl_jax.methods.in_context import InContextMethod
 from icrl_jax.models.heads import MASKED_LOGIT, mask_logits
 from icrl_jax.models.ngram import config_ngram_ids
-from icrl_jax.models.tokens import ADStepTokens
+from icrl_jax.models.step_tokens import ADStepTokens
 from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mask
 from icrl_jax.models.compiled import Compiled
 

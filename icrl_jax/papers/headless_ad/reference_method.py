@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from icrl_jax.core.errors import UserError
-from icrl_jax.data.dataset import StepWindows
+from icrl_jax.data.windows import StepWindows
 from icrl_jax.models.heads import mask_logits
 from icrl_jax.papers.headless_ad import reference_layout as RL
 from icrl_jax.papers.headless_ad.method import LAYOUTS, HeadlessAD, embed_actions

@@ -18,9 +18,9 @@ import numpy as np
 
 from icrl_jax.core.files import write_json
 from icrl_jax import envs
-from icrl_jax.core import metrics as M
-from icrl_jax.pipeline import run as R
-from icrl_jax.pipeline import train as T
+from icrl_jax.core import metrics
+from icrl_jax.pipeline import run as run_pipeline
+from icrl_jax.pipeline import train as trainer
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
 from icrl_jax.core.registry import REPORTS
@@ -53,13 +53,13 @@ def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
     if variant["env_name"]:  # another environment: its own kwargs only (Figure 9)
         env = envs.make(variant["env_name"], **dict(variant["env"]))
     else:
-        env = R.build_env(config, **dict(variant["env"]))
-    if not method.any_action_count and env.num_actions > R.build_env(config).num_actions:
+        env = run_pipeline.build_env(config, **dict(variant["env"]))
+    if not method.any_action_count and env.num_actions > run_pipeline.build_env(config).num_actions:
         return dict(applicable=False)
-    tasks = R.eval_tasks(env, config, variant["tasks"], actions=variant["actions"] or None,
+    tasks = run_pipeline.eval_tasks(env, config, variant["tasks"], actions=variant["actions"] or None,
                          same_count=True)
     model_key, rollout_key = jax.random.split(key)
-    results, curves, rollouts = R.rollout_and_score(config, env, method, params, tasks,
+    results, curves, rollouts = run_pipeline.rollout_and_score(config, env, method, params, tasks,
                                                   rollout_key, model_key)
     result: dict[str, Any] = dict(applicable=True, env=env.name, num_envs=int(len(rollouts["model"]["rewards"])),
                                   num_actions=float(rollouts["model"]["action_mask"].sum(-1).mean()))
@@ -73,18 +73,18 @@ def evaluate_variant(config, method, params, variant, key) -> dict[str, Any]:
     else:
         result["score"] = result["model_success"]
     result["arms_used"] = result["model_arms_used"]
-    result["curves"] = {n: M.mean_curve(c) for n, c in curves.items()}
+    result["curves"] = {n: metrics.mean_curve(c) for n, c in curves.items()}
     return result
 
 
 def evaluate_variants(config, params=None) -> dict[str, Any]:
     """Evaluate the latest checkpoint on every `config.variants` entry -> `variants.json`."""
-    env = R.build_env(config)
+    env = run_pipeline.build_env(config)
     method = build_method(config, env)
     checkpoint_step = None
     if params is None:
-        params = R.load_params(config, env, method)
-        checkpoint_step = T.latest_checkpoint_step(config.workdir)
+        params = run_pipeline.load_params(config, env, method)
+        checkpoint_step = trainer.latest_checkpoint_step(config.workdir)
     results = {}
     for i, (name, variant) in enumerate(sorted(config.variants.to_dict().items())):
         start = time.perf_counter()
@@ -105,13 +105,13 @@ def evaluate_variants(config, params=None) -> dict[str, Any]:
 
 def evaluated_at(workdir: str, num_steps: int) -> bool:
     """Whether `workdir/variants.json` holds an evaluation of the checkpoint at `num_steps`."""
-    return R.evaluated_at(workdir, num_steps, file="variants.json", key="checkpoint_step")
+    return run_pipeline.evaluated_at(workdir, num_steps, file="variants.json", key="checkpoint_step")
 
 
 def report_variants(config) -> dict[str, str]:
     """Train and evaluate every seed on every variant, then write Table 1 and the figures to
     `<workdir>/report`."""
-    workdirs = R.train_seeds(config, evaluate_seed=evaluate_variants, evaluated=evaluated_at)
+    workdirs = run_pipeline.train_seeds(config, evaluate_seed=evaluate_variants, evaluated=evaluated_at)
     return write_report([config.workdir] if workdirs else [],
                         os.path.join(config.workdir, "report"))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 
 
 def default_vq_config() -> ml_collections.ConfigDict:
@@ -30,15 +30,16 @@ def default_vq_config() -> ml_collections.ConfigDict:
 
 
 #: What the `vq` section takes (core/validation.py).
-VQ_CONSTRAINTS = V.declare("vq", (
-    V.positive_int("vq.num_codes", 64), V.positive_int("vq.code_dim", 32),
-    V.positive_int("vq.channels", 64), V.positive_int("vq.grid", 4), V.positive_int("vq.pool", 1),
-    V.non_negative("vq.beta", 0.25), V.positive_int("vq.num_steps", 5000),
-    V.positive_int("vq.batch_size", 128), V.positive("vq.learning_rate", 1e-3),
-    V.non_negative_int("vq.warmup_steps", 200), V.positive_int("vq.steps_per_call", 10),
-    V.positive_int("vq.log_every", 100), V.positive_int("vq.checkpoint_every", 1000),
-    V.positive_int("vq.eval_frames", 4096),
-    V.relation(("vq.steps_per_call", "vq.num_steps"),
+VQ_CONSTRAINTS = validation.declare("vq", (
+    validation.positive_int("vq.num_codes", 64), validation.positive_int("vq.code_dim", 32),
+    validation.positive_int("vq.channels", 64), validation.positive_int("vq.grid", 4),
+    validation.positive_int("vq.pool", 1),
+    validation.non_negative("vq.beta", 0.25), validation.positive_int("vq.num_steps", 5000),
+    validation.positive_int("vq.batch_size", 128), validation.positive("vq.learning_rate", 1e-3),
+    validation.non_negative_int("vq.warmup_steps", 200), validation.positive_int("vq.steps_per_call", 10),
+    validation.positive_int("vq.log_every", 100), validation.positive_int("vq.checkpoint_every", 1000),
+    validation.positive_int("vq.eval_frames", 4096),
+    validation.relation(("vq.steps_per_call", "vq.num_steps"),
                "vq.steps_per_call must be at most vq.num_steps",
                lambda per_call, steps: per_call <= steps,
                lambda per_call, steps: f"vq.steps_per_call={steps}"),

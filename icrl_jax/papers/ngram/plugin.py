@@ -1,7 +1,7 @@
 """Registers the n-gram paper's parts: `pretrain-vq`, and the run hook that resolves and
 pretrains the VQ-VAE of a config whose n-gram layers match VQ codes."""
 
-from icrl_jax.pipeline import run as R
+from icrl_jax.pipeline import run as run_pipeline
 from icrl_jax.core.registry import COMMANDS, HOOKS, Command
 from icrl_jax.papers.ngram import fields  # noqa: F401  (declares the `vq` section's constraints)
 from icrl_jax.papers.ngram.vq_pretrain import needs_vq, pretrain_vq, resolve_vq_checkpoint
@@ -24,8 +24,8 @@ class VQStage:
 
 
 def _pretrain_vq(config):
-    env = R.build_env(config)
-    return pretrain_vq(config, env, R.dataset_of(config, env))
+    env = run_pipeline.build_env(config)
+    return pretrain_vq(config, env, run_pipeline.dataset_of(config, env))
 
 
 HOOKS.register("vq_pretraining", VQStage())

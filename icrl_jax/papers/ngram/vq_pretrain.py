@@ -42,7 +42,7 @@ from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
 from icrl_jax.models.encoders import (VQVAE, code_usage, codebook_from_data, read_vq_fields,
                                       save_vq, vq_fields, vq_loss)
-from icrl_jax.pipeline import train as T
+from icrl_jax.pipeline import train as trainer
 
 SUMMARY = "vq.json"
 
@@ -206,7 +206,7 @@ def pretrain_vq(config, env, store, stop_at: int | None = None) -> dict[str, Any
     signature = dict(method="vq_vae", env=config.env.name, vq=vq_fields(model),
                      beta=float(vq.beta))
     start = time.perf_counter()
-    state = T.train(method, TrainData(example, loader_fn=loader_fn), train_config, path,
+    state = trainer.train(method, TrainData(example, loader_fn=loader_fn), train_config, path,
                     signature, seed=int(config.seed), show_progress=bool(config.run.progress),
                     stop_at=stop_at, log=config.log)
     seconds = time.perf_counter() - start

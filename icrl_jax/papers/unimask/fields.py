@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from icrl_jax.core import validation as V
+from icrl_jax.core import validation
 
 
 def unimask_model_config() -> ml_collections.ConfigDict:
@@ -97,34 +97,34 @@ def grid_config() -> ml_collections.ConfigDict:
 
 #: What the `grid` section takes (core/validation.py); regimes are checked against the
 #: registered masking schemes where they are looked up.
-GRID_CONSTRAINTS = V.declare("unimask_grid", (
-    V.choice("grid.evaluate", ("heatmap", "returns")), V.positive_int("grid.num_seeds", 3),
-    V.non_negative_int("grid.epochs", 0), V.non_negative_int("grid.epoch_trajectories", 0),
-    V.positive_int("grid.eval_every", 500), V.non_negative_int("grid.eval_every_epochs", 0),
-    V.choice("grid.stop_on", ("all", "authors")),
-    V.integer("grid.validation_first_task", -1, minimum=-1),
-    V.positive_int("grid.validation_episodes", 100), V.positive("grid.rtg_factor", 1.1),
-    V.boolean("grid.finetune"), V.choice("grid.finetune_from", ("own", "seed0")),
-    V.non_negative_int("grid.finetune_seeds", 0), V.positive("grid.finetune_learning_rate", 1e-5),
-    V.positive_int("grid.finetune_steps", 1000), V.positive_int("grid.finetune_eval_every", 500),
+GRID_CONSTRAINTS = validation.declare("unimask_grid", (
+    validation.choice("grid.evaluate", ("heatmap", "returns")), validation.positive_int("grid.num_seeds", 3),
+    validation.non_negative_int("grid.epochs", 0), validation.non_negative_int("grid.epoch_trajectories", 0),
+    validation.positive_int("grid.eval_every", 500), validation.non_negative_int("grid.eval_every_epochs", 0),
+    validation.choice("grid.stop_on", ("all", "authors")),
+    validation.integer("grid.validation_first_task", -1, minimum=-1),
+    validation.positive_int("grid.validation_episodes", 100), validation.positive("grid.rtg_factor", 1.1),
+    validation.boolean("grid.finetune"), validation.choice("grid.finetune_from", ("own", "seed0")),
+    validation.non_negative_int("grid.finetune_seeds", 0), validation.positive("grid.finetune_learning_rate", 1e-5),
+    validation.positive_int("grid.finetune_steps", 1000), validation.positive_int("grid.finetune_eval_every", 500),
 ))
 
 
 #: What the Uni[MASK] fields take (core/validation.py); `model.regime` is checked against the
 #: registered masking schemes where it is looked up.
-UNIMASK_CONSTRAINTS = V.declare("unimask", (
-    V.choice("model.backbone", ("transformer", "mlp")), V.string("model.regime", "random"),
-    V.non_negative("model.action_weight", 1.0), V.non_negative("model.state_weight", 1.0),
-    V.positive("model.rtg_scale", 10.0), V.positive("model.max_timestep", 10.0),
-    V.positive_int("model.mlp_layers", 3), V.positive_int("model.mlp_width", 128),
-    V.choice("model.all_per", ("snippet", "batch")),
-    V.choice("model.inverse_dynamics_index", ("ours", "authors")),
-    V.choice("model.positions", ("learned", "sinusoidal")), V.boolean("model.mask_flags"),
-    V.choice("model.rtg_encoding", ("scalar", "onehot")),
-    V.choice("model.input_embedding", ("linear", "relu_scaled")),
-    V.integer("model.rtg_low", -6), V.integer("model.rtg_high", 10),
-    V.non_negative_int("model.init_from", 0), V.boolean("eval.goal_conditioned"),
-    V.relation(("model.rtg_low", "model.rtg_high"),
+UNIMASK_CONSTRAINTS = validation.declare("unimask", (
+    validation.choice("model.backbone", ("transformer", "mlp")), validation.string("model.regime", "random"),
+    validation.non_negative("model.action_weight", 1.0), validation.non_negative("model.state_weight", 1.0),
+    validation.positive("model.rtg_scale", 10.0), validation.positive("model.max_timestep", 10.0),
+    validation.positive_int("model.mlp_layers", 3), validation.positive_int("model.mlp_width", 128),
+    validation.choice("model.all_per", ("snippet", "batch")),
+    validation.choice("model.inverse_dynamics_index", ("ours", "authors")),
+    validation.choice("model.positions", ("learned", "sinusoidal")), validation.boolean("model.mask_flags"),
+    validation.choice("model.rtg_encoding", ("scalar", "onehot")),
+    validation.choice("model.input_embedding", ("linear", "relu_scaled")),
+    validation.integer("model.rtg_low", -6), validation.integer("model.rtg_high", 10),
+    validation.non_negative_int("model.init_from", 0), validation.boolean("eval.goal_conditioned"),
+    validation.relation(("model.rtg_low", "model.rtg_high"),
                "model.rtg_low must be at most model.rtg_high (the one-hot return-to-go's range)",
                lambda low, high: low <= high, lambda low, high: f"model.rtg_high={low}"),
 ))

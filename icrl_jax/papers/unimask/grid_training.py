@@ -18,7 +18,7 @@ from icrl_jax.core.errors import UserError
 from icrl_jax.core.files import atomic_write
 from icrl_jax.core.logging_utils import progress
 from icrl_jax.data.builders import task_split
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.sources import build_source
 from icrl_jax.methods import method_class
 from icrl_jax.methods.fields import dt_model_config

@@ -18,7 +18,7 @@ from icrl_jax.core.files import write_json
 from icrl_jax.core.metrics import episode_returns_ragged
 from icrl_jax.core.plots import save_figure
 from icrl_jax.data.builders import task_split
-from icrl_jax.data.histories import generate_histories
+from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.sources import ParamSource, build_source
 from icrl_jax.envs.doorkey import cell_of, split_state
 from icrl_jax.methods import method_class

@@ -1,4 +1,6 @@
-"""Sequence formats: how a method turns interaction data into transformer tokens."""
+"""AD-family step tokens: one token per step of a learning history, from the previous action,
+the previous reward and the observation (`ADStepTokens`), and the observation's embedding
+(`ObservationEmbedding`: ids, grid cells or float vectors)."""
 
 from __future__ import annotations
 
