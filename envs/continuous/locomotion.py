@@ -5,10 +5,8 @@ wrapper only adds gymnax's interface (keys in, auto-reset, time limit), our acti
 `EnvSpec` metadata. One step is one call of the brax env's `step` (brax's `n_frames` physics
 substeps, dt 0.008 for hopper / walker2d, 0.05 for halfcheetah as in gym's MuJoCo envs).
 
-**Backend.** brax offers `spring`, `positional`, `generalized` and `mjx`. Measured on the 2-core
-CPU, 256 envs under `jit(lax.scan(vmap(step)))` (random actions, 100 steps):
-hopper spring 71k env-steps/s, positional 16.5k, generalized 9.0k, mjx 3.5k (issue 16's figure);
-so the default is `spring`, the fastest by 4x; any other can be chosen with `backend=`.
+**Backend.** brax offers `spring`, `positional`, `generalized` and `mjx`; the default is `spring`,
+the fastest on a CPU by far (benchmarks/RESULTS.md); any other can be chosen with `backend=`.
 
 **Episodes** last at most 1000 steps (D4RL's time limit: `truncated` at step 1000). Hopper and
 walker2d terminate when unhealthy (brax's healthy z / angle / state ranges, as gym's v3 envs);

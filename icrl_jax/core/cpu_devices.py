@@ -3,14 +3,12 @@
 XLA's CPU backend splits every operation of a device's step over one pool of threads. With one
 CPU device per core, `train.data_mesh` splits each batch over the devices instead: each device
 runs the whole step on its share, and XLA adds one all-reduce of the gradients per step. The
-model is the same (up to float rounding in the gradient sum). Measured in one process against
-one device (`benchmarks/RESULTS.md`, "One CPU device per core"): the 2x64 quick models'
-step 1.22-1.28x, medium 1.16x, GPT-DT quick 1.01-1.06x, and Headless-AD at paper scale, batch 4,
-1.00x since its attention dropout keeps a bool mask (0.77-0.93x before). Our reading, not
+model is the same (up to float rounding in the gradient sum). The quick models' steps gain
+most, paper-scale ones little (`benchmarks/RESULTS.md`, "Kept changes"). Our reading, not
 verified: the small operations of the quick models gain most from not being split over the
 cores one by one.
-The gradient all-reduce costs per parameter leaf, not per byte, on CPU devices (about 2 ms of
-the small model's 26 ms step; `benchmarks/bench_collectives.py`).
+The gradient all-reduce costs per parameter leaf, not per byte, on CPU devices (a small share
+of the small model's step; `benchmarks/RESULTS.md`).
 Evaluation rollouts and generated histories are sharded over the same devices.
 
 JAX fixes its CPU device count when its backend starts, so `icrl-jax` calls

@@ -4,14 +4,13 @@ XLA's CPU runtime mallocs each call's output and temporary buffers and frees the
 glibc serves a large allocation from a fresh anonymous mapping and unmaps it on free, so every
 call of a jitted step touches new memory, and the kernel faults and zeroes each 4 KiB page of
 every large buffer again: a (4, 64, 320, 320) float32 attention-score tensor (105 MB) costs 25.6k
-page faults per call, and the matmul that writes it runs 2.7x slower than with huge pages.
+page faults per call, and the matmul that writes it runs slower than with huge pages.
 
 With glibc's `glibc.malloc.hugetlb=1` tunable (glibc >= 2.35), malloc asks for transparent huge
 pages (`madvise(MADV_HUGEPAGE)`) on what it maps, so such a buffer costs a fault per 2 MiB instead:
-about 380 faults for that tensor. Training steps on the 2-core CPU, side by side on idle cores
-(`benchmarks/RESULTS.md`): Headless-AD at paper scale 1.33x, the main job 1.09x, the medium model
-1.05x, the small one 0.98x. (Reusing freed memory instead, with one arena and no mmap, spared the
-faults as well but slowed the small model by 5-10%.)
+about 380 faults for that tensor. Large models' training steps gain most, the small one nothing
+(`benchmarks/RESULTS.md`). (Reusing freed memory instead, with one arena and no mmap, spared the
+faults as well but slowed the small model.)
 
 glibc reads its tunables only when a process starts, so `icrl-jax` re-executes itself once
 with the tunable added (`reexec_with_huge_pages`) before anything else runs. Set

@@ -117,7 +117,7 @@ def generate_histories(env, source: Source, params: Any, num_steps: int, key: ja
         before an auto-reset (an episode's last one, for offline datasets), and `terminated`
         bool `(N, T)` (dones that are not truncations).
       with_state: also return each env's final policy state as `info["policy_state"]`.
-      fast_rng: trace with non-partitionable threefry (2-3x faster bits on CPU; it only changes
+      fast_rng: trace with non-partitionable threefry (faster bits on CPU, benchmarks/RESULTS.md; it only changes
         which random numbers a key yields, not their distribution).
       on_chunk: called with each chunk's number of tasks once that chunk's rollout is done
         (progress: one host round trip per chunk, none per step).

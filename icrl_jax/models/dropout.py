@@ -5,16 +5,15 @@ words of `jax.random.bernoulli` and no floats. The words come from the Threefry-
 `jax.random`'s default keys use (`threefry2x32`, bit-identical to JAX's), written out as one
 elementwise expression. JAX's own CPU lowering of that hash loops over five groups of rounds,
 each a pass over the whole array, and `jax.random.bits` spends two hash words per 32-bit word it
-returns; written out, XLA fuses all 20 rounds into the loop that compares the halves: a mask
-4.4x faster, and at the Headless-AD paper scale's shapes the attention core with dropout 1.2-1.7x
-and the training step 1.06-1.14x faster on a CPU (benchmarks/RESULTS.md).
+returns; written out, XLA fuses all 20 rounds into the loop that compares the halves, so masks,
+the attention core with dropout and the training step are faster on a CPU (benchmarks/RESULTS.md).
 
 Each mask is laid out as `(shape[0], rest)`, its leading axis by the flattened others: the
 counters run row-major over `(shape[0], ceil(rest / 2))`, and each row's low halves fill the first
 half of the row, its high halves the rest. A batch-sharded input thus gets batch-sharded bits,
-and XLA's CPU loop runs over long rows: on the quick models' shapes this mask is 1.5-6x faster
-than one laid out along the mask's own last axis (Uni[MASK]'s `(B, H, 10, 10)` attention masks
-the most; benchmarks/RESULTS.md).
+and XLA's CPU loop runs over long rows: faster than a mask laid out along its own last axis,
+most of all for short last axes such as Uni[MASK]'s `(B, H, 10, 10)` attention masks
+(benchmarks/RESULTS.md).
 
 The keep probability is rounded to a multiple of 2^-16 (0.9 -> 0.899994) and the kept values are
 scaled by that rounded probability's inverse, so the dropped activations' expectation is exactly

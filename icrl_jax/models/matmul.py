@@ -1,8 +1,8 @@
 """Products whose gradients contract the token axis, laid out for XLA's CPU kernels.
 
 A dense layer's weight gradient `x^T dy` and attention's `dK` / `dV` sum over tokens, the major
-axis of both operands. XLA's CPU backend either runs such a product in a generic matmul (about
-2x slower than its fast kernels) or transposes one operand first, and it picks the wider one:
+axis of both operands. XLA's CPU backend either runs such a product in a generic matmul (slower
+than its fast kernels; benchmarks/RESULTS.md) or transposes one operand first, and it picks the wider one:
 `(tokens, 4d)` rather than `(tokens, d)` in the feed-forward. `contract_tokens` transposes the
 narrower operand itself, behind optimisation barriers so that XLA's simplifier does not fold
 the transposes back into the product. Other backends take the product as written: their

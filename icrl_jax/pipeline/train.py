@@ -149,9 +149,9 @@ def make_train_steps(build: Callable, data: TrainData, config, mesh: Mesh,
       replicated, so XLA inserts the gradient all-reduce. The same code runs on 1 or N devices.
     * Loader data: `data` is the loader's next item, `steps_per_call * batch_size` windows,
       taken as consecutive batches. These steps are unrolled at trace time, never inside an XLA
-      while loop: XLA:CPU runs convolution gradients (pixel encoders) inside one some 20x slower
-      than in straight-line code (quick ViZDoom M-SAT: 0.25 s per step straight-line, 5.7 s in
-      a scan). Compile time grows with `steps_per_call`; keep it small.
+      while loop: XLA:CPU runs convolution gradients (pixel encoders) inside one many times
+      slower than in straight-line code (benchmarks/RESULTS.md). Compile time grows with
+      `steps_per_call`; keep it small.
       With several processes the item is `(steps_per_call, batch_size, ...)` (`_process_loader`).
     * `replicas`: `vmap` over the leading K axis of `state`, `seed_key` and `hyper` (the data
       is shared); the replicas are sharded over the mesh (`state_sharding`).

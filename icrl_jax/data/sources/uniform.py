@@ -12,7 +12,7 @@ def first_argmax(values: jax.Array) -> jax.Array:
     """jnp.argmax over the last axis (first maximal index, int32) as two plain reductions.
 
     XLA:CPU lowers argmax to a variadic (value, index) reduce that does not vectorise; max then
-    min-of-matching-index is ~4x faster on the 125-action Q rows (measured in bench_histories).
+    min-of-matching-index vectorises (faster on Q-table rows: benchmarks/RESULTS.md).
     """
     iota = jnp.arange(values.shape[-1], dtype=jnp.int32)
     best = values.max(axis=-1, keepdims=True)

@@ -51,8 +51,8 @@ def orthonormal_columns(matrix: jax.Array) -> jax.Array:
     is enough" for full-rank matrices).
 
     Why not `jnp.linalg.qr`: on a CPU it calls LAPACK, whose threads contend with XLA's; in
-    the Headless-AD paper-scale training step one (512, 20) QR took 12 ms on one device while
-    the other waited (benchmarks/RESULTS.md). This is plain XLA, O(E A^2)."""
+    the Headless-AD paper-scale training step one device's QR held up the other
+    (benchmarks/RESULTS.md). This is plain XLA, O(E A^2)."""
     def column(j, q):
         v = jax.lax.dynamic_index_in_dim(matrix, j, axis=1, keepdims=False)
         for _ in range(2):  # q's columns from j on are still zero
