@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from icrl_jax.core.config import default_train_config
+from icrl_jax.core.errors import UserError
+from icrl_jax.core.validation import validate
 from icrl_jax.envs.host.bridge import HostStep
 from icrl_jax.pipeline import train as trainer
 from icrl_jax.methods.fields import ad_config
@@ -79,8 +81,9 @@ def test_ad_with_cnn_encoder_shapes_and_rejects_discrete_ids():
     assert logits.shape == (2, 5, NUM_ACTIONS)
     with pytest.raises(ValueError, match="num_observations=None"):
         AD(tiny_model_config(), NUM_ACTIONS, 25)
-    with pytest.raises(ValueError, match="observation_encoder"):
-        AD(tiny_model_config(observation_encoder="resnet"), NUM_ACTIONS, None)
+    with pytest.raises(UserError, match=r"model.observation_encoder='resnet' must be one of none, "
+                                        r"cnn, xland"):
+        validate(ml_collections.ConfigDict({"model": tiny_model_config(observation_encoder="resnet")}))
 
 
 def _train(method, store, workdir, stop_at=None):

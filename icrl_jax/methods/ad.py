@@ -94,18 +94,15 @@ def observation_encoder(model_config) -> nn.Module | None:
     `model.encoder_dim`, input average-pooled by `model.encoder_pool`) or "xland"
     (`XLandViewEncoder` for XLand-MiniGrid's (tile, colour) views: an MLP of widths
     `model.encoder_channels` to `model.encoder_dim` features)."""
-    kind = model_config.get("observation_encoder", "none")
-    if kind in ("", "none"):
+    kind = model_config.observation_encoder  # one of the choices its validation declares
+    if kind == "none":
         return None
-    if kind == "cnn":
-        return CNNEncoder(out_dim=int(model_config.get("encoder_dim", 0) or model_config.d_model),
-                          channels=tuple(model_config.get("encoder_channels", (32, 64, 64))),
-                          pool=int(model_config.get("encoder_pool", 1)), name="obs_encoder")
+    dim = int(model_config.encoder_dim or model_config.d_model)
     if kind == "xland":
-        return XLandViewEncoder(out_dim=int(model_config.encoder_dim or model_config.d_model),
-                                hidden=tuple(model_config.encoder_channels), name="obs_encoder")
-    raise ValueError(f"unknown model.observation_encoder {kind!r}; available: 'none', 'cnn', "
-                     f"'xland'")
+        return XLandViewEncoder(out_dim=dim, hidden=tuple(model_config.encoder_channels),
+                                name="obs_encoder")
+    return CNNEncoder(out_dim=dim, channels=tuple(model_config.encoder_channels),
+                      pool=int(model_config.encoder_pool), name="obs_encoder")
 
 
 def grid_size_of(config, env) -> int | None:
