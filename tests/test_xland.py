@@ -275,7 +275,7 @@ def _hdf5_config(tmp_path, path):
                           "data.num_test_tasks": 3, "data.histories_per_task": 3, "data.num_steps": 40,
                           "env.kwargs.num_rulesets": 120, "train.seq_len": 20, "train.num_steps": 2,
                           "train.steps_per_call": 2, "train.batch_size": 2, "train.warmup_steps": 1,
-                          "train.log_every": 2, "train.checkpoint_every": 2, "eval.num_steps": 30,
+                          "train.log_every": 2, "train.checkpoint_every": 2, "eval.num_steps": 130,
                           "eval.num_envs_per_task": 1, "eval.baselines": ("random",),
                           "run.progress": False}.items():
         set_dotted(config, dotted, value)
@@ -309,3 +309,38 @@ def test_a_file_made_on_another_benchmark_or_env_is_refused(tmp_path):
     config = RUN.resolve_config(_hdf5_config(tmp_path, os.path.join(FIXTURE, "xland_layout.hdf5")))
     with pytest.raises(UserError, match="trivial-1m"):
         RUN.dataset_of(config, RUN.build_env(config))
+
+
+# ---------------------------------------------------------------- the recurrent PPO source
+
+def test_ppo_learns_a_trivial_ruleset_and_relabels_with_its_final_policy():
+    """Hold the red ball (the only object) in a 6 x 6 room: 16 envs x 200 updates of 16 steps
+    per agent; the recorded histories' returns rise, and the expert actions are the final
+    policy's argmax along each whole recorded history."""
+    from xminigrid.core.goals import AgentHoldGoal as Hold
+    from icrl_jax.data.sources import xland_ppo as X
+    env = envs.make("XLand-MiniGrid-R1-9x9", num_rulesets=2, size=6, max_steps=30)
+    params = env.task_params(jnp.arange(2))
+    ball = TILES_REGISTRY[Tiles.BALL, Colors.RED]
+    ruleset = params.env_params.ruleset
+    ruleset = ruleset.replace(goal=jnp.stack([Hold(tile=ball).encode()] * 2),
+                              rules=jnp.zeros_like(ruleset.rules),
+                              init_tiles=jnp.zeros_like(ruleset.init_tiles).at[:, 0].set(ball))
+    params = params.replace(env_params=params.env_params.replace(ruleset=ruleset))
+    config = X.XLandPPOConfig(num_envs=16, rollout_steps=16, minibatches=2, epochs=2, learning_rate=3e-3,
+                              obs_embedding=8, action_embedding=8, obs_features=32, rnn_hidden=32,
+                              head_hidden=32, updates_per_call=100)
+    out = X.train_on_rulesets(env, params, config, num_steps=3200, num_recorded=4, seed=0,
+                              show_progress=False)
+    assert out.observations.shape == (2, 4, 3200, 5, 5, 2) and out.expert_actions.dtype == np.uint8
+    assert out.env_steps == 2 * 16 * 200 * 16
+    curve = out.return_by_episode()
+    assert len(curve) >= 60 and curve[-20:].mean() > curve[:20].mean() + 0.2, curve
+    # Relabelling in windows carries the GRU state: the same as one pass over each history.
+    _, _, act = X.make_train(env, config, 1, 4)
+    agent = jax.tree.map(lambda x: x[1], out.final_params)
+    actions = out.actions[1].astype(np.int32)
+    prev = np.concatenate([np.zeros((4, 1), np.int32), actions[:, :-1]], 1)
+    _, greedy = jax.jit(act)(agent, jnp.zeros((4, config.rnn_hidden)), jnp.swapaxes(out.observations[1], 0, 1),
+                             jnp.swapaxes(prev, 0, 1))
+    np.testing.assert_array_equal(np.asarray(greedy).T, out.expert_actions[1])

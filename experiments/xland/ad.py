@@ -70,6 +70,7 @@ QUICK = cpu_preset(train_steps=1000, batch_size=16, seq_len=256, learning_rate=1
     "model.attention_window": 128,
     "eval.num_steps": 2048,
     "eval.num_envs_per_task": 8,
+    "eval.greedy": False,  # the small model's argmax loops; sampling follows the source's policy
 })
 TRIVIAL_20B = {
     "env.kwargs": {"benchmark": "trivial-1m"},

@@ -340,14 +340,16 @@ class XLandPPO(XLandHDF5):
                 rewards=out.rewards[r, :histories, :steps], dones=out.dones[r, :histories, :steps],
                 expert_actions=out.expert_actions[r, :histories, :steps], env_id=env.name,
                 benchmark_id=env.benchmark_id, ruleset_id=int(ruleset_ids[r])) for r in rows])
-        curve = out.learning_curve
+        by_episode = out.return_by_episode()
         write_json(self.report_path(path), dict(
             made_with=self.provenance(config), seconds=seconds, env_steps=int(out.env_steps),
             steps_per_second=out.env_steps / seconds, ppo=dataclasses.asdict(ppo_config),
-            rulesets=len(ruleset_ids), return_per_update=np.round(curve, 4).tolist()), indent=1)
-        print(f"xland_ppo: {len(ruleset_ids)} agents x {ppo_config.num_envs} envs, {out.env_steps} env "
-              f"steps in {seconds:.0f}s ({out.env_steps / seconds:,.0f}/s); return per episode "
-              f"{curve[0]:.3f} (first update) -> {curve[-1]:.3f} (last) -> {path}")
+            rulesets=len(ruleset_ids), return_by_episode=np.round(by_episode, 4).tolist(),
+            return_per_update=np.round(out.learning_curve, 4).tolist()), indent=1)
+        first, last = (float(np.mean(by_episode[s])) for s in (slice(0, 5), slice(-5, None)))
+        print(f"xland_ppo: {len(ruleset_ids)} agents x {ppo_config.num_envs} envs, {out.env_steps:,} env "
+              f"steps in {seconds:.0f}s ({out.env_steps / seconds:,.0f}/s); recorded histories' return "
+              f"{first:.3f} (first 5 episodes) -> {last:.3f} (last 5 of {len(by_episode)}) -> {path}")
 
     def recorded_rollouts(self, config, env) -> dict[str, dict[str, Any]]:
         """The source's learning histories on the evaluation tasks, as a rollout of `eval.num_steps`

@@ -40,6 +40,7 @@ import optax
 
 from icrl_jax.core import validation
 from icrl_jax.core.errors import UserError
+from icrl_jax.core.metrics import episode_returns
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,7 +233,10 @@ class XLandPPOHistories:
 
     observations: uint8 `(R, H, T, 5, 5, 2)`; actions, expert_actions: uint8 `(R, H, T)`;
     rewards: float32 `(R, H, T)`; dones: bool `(R, H, T)`; learning_curve: float `(U,)` the mean
-    episode return per update over all agents and envs; env_steps: steps taken by all envs.
+    return of the episodes that ended in each update, over all agents and envs (early updates
+    see only the episodes short enough to end: `return_by_episode` is the unbiased curve);
+    returns_per_update: `(R, U)` the same per agent; env_steps: steps taken by all envs;
+    final_params: each agent's final network parameters (leading axis R).
     """
 
     observations: np.ndarray
@@ -241,8 +245,19 @@ class XLandPPOHistories:
     dones: np.ndarray
     expert_actions: np.ndarray
     learning_curve: np.ndarray
-    returns_per_update: np.ndarray  # (R, U)
+    returns_per_update: np.ndarray
     env_steps: int
+    final_params: Any
+
+    def return_by_episode(self) -> np.ndarray:
+        """Mean return of each recorded history's k-th episode, over the histories that completed
+        k episodes: float `(K,)`, K the most episodes at least half of them completed."""
+        rewards = self.rewards.reshape(-1, self.rewards.shape[-1])
+        dones = self.dones.reshape(rewards.shape)
+        returns = np.asarray(episode_returns(rewards, dones, max(int(dones.sum(1).max()), 1)))
+        reached = (~np.isnan(returns)).mean(0) >= 0.5
+        with np.errstate(all="ignore"):
+            return np.nanmean(returns[:, reached], axis=0)
 
 
 def train_on_rulesets(env, params, config: XLandPPOConfig, num_steps: int, num_recorded: int,
@@ -316,4 +331,5 @@ def train_on_rulesets(env, params, config: XLandPPOConfig, num_steps: int, num_r
         rewards=recorded["reward"].astype(np.float32), dones=recorded["done"].astype(bool),
         expert_actions=np.concatenate(expert, axis=2).astype(np.uint8), learning_curve=curve,
         returns_per_update=returns,
-        env_steps=int(num_rulesets * config.num_envs * num_updates * config.rollout_steps))
+        env_steps=int(num_rulesets * config.num_envs * num_updates * config.rollout_steps),
+        final_params=jax.device_get(runner.params))
