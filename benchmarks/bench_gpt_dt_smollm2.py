@@ -32,10 +32,11 @@ def measure(layers: int, calls: int, repeats: int) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
+    from benchmarks import training
     from icrl_jax.pipeline.train import (data_mesh, init_state, make_optimizer, make_train_steps,
                                      place_data, state_sharding)
     from icrl_jax.data.train_data import on_device
-    from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
+    from icrl_jax.data.trajectories import sample_trajectory_windows
     from icrl_jax.experiments.gpt_dtma.point_maze import get_config
     from icrl_jax.models.transformer import count_params
     from icrl_jax.papers.gpt_dtma.method import GPTDecisionTransformer
@@ -49,12 +50,7 @@ def measure(layers: int, calls: int, repeats: int) -> dict:
     start = time.perf_counter()
     method = GPTDecisionTransformer(config.model, (), context, continuous_dim=2)
     load_s = time.perf_counter() - start
-    rng = np.random.default_rng(0)
-    n, t = 64, 300
-    episodes = Trajectories(rng.normal(size=(n, t, 4)).astype(np.float32),
-                            rng.uniform(-1, 1, (n, t, 2)).astype(np.float32),
-                            np.ones((n, t), np.float32), np.ones((n, t), np.float32),
-                            np.tile(np.arange(t, dtype=np.int32), (n, 1)), np.ones((n, t), bool))
+    episodes = training.synthetic_trajectories(64, 300, 4, 2)
     data = on_device(jax.tree.map(jnp.asarray, episodes), sample_trajectory_windows, context)
     train = config.train
     mesh = data_mesh(batch)

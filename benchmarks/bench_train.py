@@ -186,7 +186,7 @@ def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
     DT share a row."""
     from icrl_jax.experiments.gpt_dtma import QUICK_MODEL
     from icrl_jax.methods.fields import dt_model_config
-    from icrl_jax.data.trajectories import Trajectories, sample_trajectory_windows
+    from icrl_jax.data.trajectories import sample_trajectory_windows
     from icrl_jax.core.config import default_train_config, default_transformer_config
     from icrl_jax.data.train_data import on_device
     from icrl_jax.methods.dt import DecisionTransformer
@@ -199,12 +199,7 @@ def measure_gpt_dt(mixture: bool, calls: int, precision="fp32"):
                        mixture_of_attention=mixture))
     steps, batch = 20, QUICK_MODEL["train.batch_size"]
     method = DecisionTransformer(config, (), steps, None, continuous_dim=3)
-    rng = np.random.default_rng(0)
-    n, t = 256, 200
-    episodes = Trajectories(rng.normal(size=(n, t, 11)).astype(np.float32),
-                            rng.uniform(-1, 1, (n, t, 3)).astype(np.float32),
-                            np.ones((n, t), np.float32), np.ones((n, t), np.float32),
-                            np.tile(np.arange(t, dtype=np.int32), (n, 1)), np.ones((n, t), bool))
+    episodes = training.synthetic_trajectories(256, 200, 11, 3)
     train_data = on_device(jax.device_put(episodes), sample_trajectory_windows, steps)
     train_config = default_train_config()
     train_config.update(dict(num_steps=10_000, batch_size=batch, seq_len=steps, steps_per_call=10,

@@ -151,6 +151,17 @@ def synthetic_windows(num_actions: int = 5, num_obs: int = 81, n: int = 256, t: 
                                    np.arange(n, dtype=np.int32), np.ones((n, num_actions), bool)))
 
 
+def synthetic_trajectories(n: int, t: int, state_dim: int, action_dim: int):
+    """`n` random continuous-control episodes of `t` steps (`Trajectories`: normal states,
+    uniform actions in [-1, 1], rewards and returns-to-go of ones, all steps valid)."""
+    from icrl_jax.data.trajectories import Trajectories
+    rng = np.random.default_rng(0)
+    return Trajectories(rng.normal(size=(n, t, state_dim)).astype(np.float32),
+                        rng.uniform(-1, 1, (n, t, action_dim)).astype(np.float32),
+                        np.ones((n, t), np.float32), np.ones((n, t), np.float32),
+                        np.tile(np.arange(t, dtype=np.int32), (n, 1)), np.ones((n, t), bool))
+
+
 def measure_ad(layers: int, d_model: int, heads: int, batch: int, context: int, precision: str = "fp32",
                calls: int = 1, rounds: int = 5, budget_s: float | None = None, steps_per_call: int = 10,
                histories: int = 256, model: dict | None = None, timer=None) -> dict:
