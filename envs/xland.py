@@ -174,6 +174,19 @@ class XLandMiniGrid(ICRLEnv):
         return (timestep.observation, XLandState(timestep=timestep, time=timestep.state.step_num),
                 timestep.reward.astype(jnp.float32), terminated, {})
 
+    def transition(self, key, state, action, params):
+        """gymnax's step with auto-reset, drawing the new episode from the key xminigrid keeps
+        in its state (split at each reset, as its `GymAutoResetWrapper` does), so `key` is
+        unused: a loop need not make a key per env per step, which costs more than the step."""
+        del key
+        obs, stepped, reward, terminated, _ = self.step_env(None, state, action, params)
+        truncated = self.is_truncated(stepped, params)
+        done = terminated | truncated
+        reset_obs, reset = self.reset_env(jax.random.split(stepped.timestep.state.key)[0], params)
+        select = lambda a, b: jax.tree.map(lambda x, y: jax.lax.select(done, x, y), a, b)  # noqa: E731
+        info = {"terminated": terminated, "truncated": truncated, "final_observation": obs}
+        return select(reset_obs, obs), select(reset, stepped), reward, terminated, truncated, info
+
     def is_truncated(self, state, params) -> jax.Array:
         return state.time >= params.env_params.max_steps
 
