@@ -16,7 +16,7 @@ from icrl_jax.core.validation import ConfigValueError, validate
 from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.history import History
 from icrl_jax.data.sources import ParamSource, Transition, build_source, noisy_oracle
-from icrl_jax.papers.dpt import bandits, data, method as M, reference
+from icrl_jax.papers.dpt import bandits, data, method as dpt_method, reference
 from icrl_jax.papers.dpt.fields import dpt_config
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "dpt", "dpt_tiny.npz")
@@ -34,7 +34,7 @@ def _authors_method(env, out, position="learned"):
     config = dpt_config()
     config.model.update(dict(d_model=width, num_layers=layers, num_heads=1, norm_epsilon=1e-5,
                              position=position, max_len=4 * (1 + horizon)))
-    dpt = M.DPT(config.model, env, horizon)
+    dpt = dpt_method.DPT(config.model, env, horizon)
     weights = {k: v for k, v in out.items() if "." in k}  # their state dict's keys
     return dpt, reference.authors_params(weights, layers, positions=position == "learned")
 
@@ -81,7 +81,7 @@ def test_online_pulls_equal_the_authors_online_choices(cached):
     dpt, params = _authors_method(env, out)
     steps = len(out["actions"])
     # max_steps beyond the context turns the key/value cache off: the recomputed path
-    policy = M.DPTPolicy(dpt, env, steps, True, 1.0, steps if cached else steps + 1)
+    policy = dpt_method.DPTPolicy(dpt, env, steps, True, 1.0, steps if cached else steps + 1)
     assert policy.cached == cached
     tasks = envs.stack_params([env.params_from_means(out["means"])])
     history = generate_histories(env, ParamSource(policy, params), tasks, steps,
@@ -93,7 +93,7 @@ def _random_dpt(env, context_len, **model):
     config = dpt_config()
     config.model.update(dict(d_model=16, num_layers=2, num_heads=2, max_len=context_len + 1,
                              **model))
-    dpt = M.DPT(config.model, env, context_len)
+    dpt = dpt_method.DPT(config.model, env, context_len)
     example = data.ContextBatch(
         query_observations=jnp.zeros((1,), jnp.int32), observations=jnp.zeros((1, 3), jnp.int32),
         actions=jnp.zeros((1, 3), jnp.int32), next_observations=jnp.zeros((1, 3), jnp.int32),
@@ -108,7 +108,7 @@ def test_cached_decoding_samples_exactly_what_recomputing_samples():
     tasks = env.task_params(jnp.arange(6))
     actions = {}
     for cached in (True, False):
-        policy = M.DPTPolicy(dpt, env, 20, False, 1.0, 20 if cached else 21)
+        policy = dpt_method.DPTPolicy(dpt, env, 20, False, 1.0, 20 if cached else 21)
         history = generate_histories(env, ParamSource(policy, params), tasks, 20,
                                      jax.random.key(3))
         actions[cached] = np.asarray(history.actions)
@@ -119,7 +119,7 @@ def test_cached_decoding_samples_exactly_what_recomputing_samples():
 def test_online_context_adds_whole_episodes_and_keeps_the_newest():
     env = envs.make("darkroom", size=3, episode_length=2)
     dpt, params = _random_dpt(env, 3)
-    source = M.DPTPolicy(dpt, env, 3, False, 1.0, 10)(params)
+    source = dpt_method.DPTPolicy(dpt, env, 3, False, 1.0, 10)(params)
     task = env.task_params(0)
     state = source.init(jax.random.key(0), task)
     tokens = []
@@ -142,10 +142,10 @@ def test_offline_policies_read_the_same_fixed_dataset_and_never_update():
     env = bandits.GaussianBandit(arms=3, noise=0.3)
     behaviour = bandits.dirichlet_mixture()
     key, task = jax.random.key(5), env.task_params(2)
-    first = M.collect_transitions(env, behaviour, key, task, 30)
-    again = M.collect_transitions(env, behaviour, key, task, 30)
+    first = dpt_method.collect_transitions(env, behaviour, key, task, 30)
+    again = dpt_method.collect_transitions(env, behaviour, key, task, 30)
     np.testing.assert_array_equal(first.action, again.action)
-    lcb = M.offline_source(bandits.lcb(), behaviour, env, 30)
+    lcb = dpt_method.offline_source(bandits.lcb(), behaviour, env, 30)
     counts, sums = lcb.init(key, task)
     np.testing.assert_allclose(counts, np.bincount(np.asarray(first.action), minlength=3))
     np.testing.assert_allclose(sums, [float(first.reward[first.action == a].sum())
@@ -153,7 +153,7 @@ def test_offline_policies_read_the_same_fixed_dataset_and_never_update():
     step = jax.tree.map(lambda x: x[0], first)
     assert lcb.update(key, (counts, sums), step, task) == (counts, sums)
     dpt, params = _random_dpt(env, 30)
-    offline = M.DPTPolicy(dpt, env, 30, True, 1.0, 50, behaviour, 30)(params)
+    offline = dpt_method.DPTPolicy(dpt, env, 30, True, 1.0, 50, behaviour, 30)(params)
     logits = offline.init(key, task)  # a constant query: its one pass over the dataset
     tokens = dpt.transition_tokens(first.obs, first.action, first.next_obs, first.reward)
     np.testing.assert_allclose(logits, dpt.query_logits(
@@ -162,8 +162,8 @@ def test_offline_policies_read_the_same_fixed_dataset_and_never_update():
     room = envs.make("darkroom", size=3, episode_length=4)
     dpt, params = _random_dpt(room, 6)
     task = room.task_params(1)
-    walk = M.collect_transitions(room, bandits.dirichlet_mixture(), key, task, 10)
-    state = M.DPTPolicy(dpt, room, 6, True, 1.0, 50, bandits.dirichlet_mixture(), 10)(
+    walk = dpt_method.collect_transitions(room, bandits.dirichlet_mixture(), key, task, 10)
+    state = dpt_method.DPTPolicy(dpt, room, 6, True, 1.0, 50, bandits.dirichlet_mixture(), 10)(
         params).init(key, task)
     np.testing.assert_allclose(state.context, dpt.transition_tokens(
         walk.obs, walk.action, walk.next_obs, walk.reward)[-6:], rtol=1e-6)
@@ -264,7 +264,7 @@ def test_gaussian_bandit_rewards_are_the_mean_plus_noise():
 
 def test_bad_inputs_are_one_clear_error():
     with pytest.raises(UserError, match="pixels"):
-        M.StateFeatures.of(envs.make("darkroom", pixels=True))
+        dpt_method.StateFeatures.of(envs.make("darkroom", pixels=True))
     env = bandits.GaussianBandit(arms=3)
     with pytest.raises(UserError, match="rotary"):
         _random_dpt(env, 4, position="rotary")
@@ -280,3 +280,26 @@ def test_bad_inputs_are_one_clear_error():
     config.dpt.comparisons = {"ucb": 1.0}
     with pytest.raises(ConfigValueError, match="dpt.comparisons"):
         validate(config)
+
+
+def test_xland_histories_are_labelled_with_their_expert_actions_and_views_one_hot():
+    pytest.importorskip("h5py")
+    pytest.importorskip("xminigrid")
+    from icrl_jax.data.xland_hdf5 import read_xland_hdf5
+    from icrl_jax.papers.dpt.xland import labelled_xland
+
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "xland_hdf5", "xland_layout.hdf5")
+    tasks = read_xland_hdf5(path)
+    labelled = labelled_xland(tasks, 6)
+    np.testing.assert_array_equal(labelled.optimal_actions,
+                                  np.concatenate([t.expert_actions for t in tasks]))
+    obs = np.asarray(labelled.observations)
+    np.testing.assert_array_equal(labelled.next_observations[:, :-1], obs[:, 1:])
+    np.testing.assert_array_equal(labelled.next_observations[:, -1], obs[:, -1])
+    env = envs.make("XLand-MiniGrid-R1-9x9", num_rulesets=4)
+    features = dpt_method.StateFeatures.of(env)
+    view = obs[0, 0]  # (5, 5, 2): (tile, colour) per cell
+    coded = np.asarray(features(jnp.asarray(view))).reshape(5, 5, 25)
+    assert features.dim == 5 * 5 * 25 and (coded.sum(-1) == 2).all()
+    np.testing.assert_array_equal(coded[..., :13].argmax(-1), view[..., 0])
+    np.testing.assert_array_equal(coded[..., 13:].argmax(-1), view[..., 1])

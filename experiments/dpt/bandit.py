@@ -9,34 +9,22 @@ offline, one greedy choice from a dataset of 500 pulls of the pretraining behavi
 empirical mean, LCB and Thompson sampling reading the same dataset.
 
 `quick`: 100-pull datasets on 4,000 bandits, 2 layers, 3,000 updates at learning rate 1e-3
-(a few minutes on 2 CPU cores); `quick_ad` is AD trained on the same histories
-(`report.kind="dpt_claims"` with `dpt.compare_ad` trains both).
+(a few minutes on 2 CPU cores). `icrl-jax report` (`report.kind="dpt_claims"`) trains 3 seeds
+and, with `dpt.compare_ad`, AD on the same histories.
 """
 
-from icrl_jax.core.config import apply_preset, cpu_preset
-from icrl_jax.experiments.dpt.common import authors_config
+from icrl_jax.core.config import apply_preset
+from icrl_jax.experiments.dpt.common import authors_config, quick_preset
 
-QUICK = cpu_preset(train_steps=3000, batch_size=64, seq_len=100, d_model=32, num_layers=2,
-                   num_heads=1, **{
-                       "data.num_train_tasks": 4000,
-                       "data.num_steps": 100,
-                       "eval.num_steps": 100,
-                       "train.warmup_steps": 0,
-                       "train.log_every": 500,
-                       "train.checkpoint_every": 1500,
-                       "report.num_seeds": 3,
-                   })
-PRESETS = {"quick": QUICK}
+PRESETS = {"quick": quick_preset(**{"data.num_train_tasks": 4000, "data.num_steps": 100,
+                                    "eval.num_steps": 100})}
 
 
 def get_config(preset: str = ""):
     config = authors_config("dpt_bandit", "gaussian_bandit")
-    config.env.kwargs.arms = 5
-    config.env.kwargs.noise = 0.3
-    config.data.source = "dirichlet_mixture"
-    config.data.num_train_tasks = 80_000
-    config.data.num_test_tasks = 200
-    config.data.num_steps = 500
+    config.env.kwargs.update(dict(arms=5, noise=0.3))
+    config.data.update(dict(source="dirichlet_mixture", num_train_tasks=80_000,
+                            num_test_tasks=200, num_steps=500))
     config.train.update(dict(num_steps=500_000, seq_len=500, learning_rate=1e-4))
     config.eval.num_steps = 500
     config.dpt.offline = True

@@ -1,5 +1,6 @@
 """What the DPT experiments share: the authors' model and optimiser (`net.py`, `train.py`)."""
 
+from icrl_jax.core.config import cpu_preset
 from icrl_jax.papers.dpt.fields import dpt_config
 
 
@@ -20,3 +21,13 @@ def authors_config(experiment: str, env_name: str):
                              checkpoint_every=10_000))
     config.eval.baselines = ("source", "random")
     return config
+
+
+def quick_preset(**extra):
+    """`quick`: 2 layers of width 32 (one head), 3,000 updates of 64 in-context datasets of 100
+    transitions at learning rate 1e-3, 3 seeds in the claims report; `extra` adds the
+    experiment's own dotted keys."""
+    return cpu_preset(train_steps=3000, batch_size=64, seq_len=100, d_model=32, num_layers=2,
+                      num_heads=1, **{"train.warmup_steps": 0, "train.log_every": 500,
+                                      "train.checkpoint_every": 1500, "report.num_seeds": 3,
+                                      **extra})

@@ -100,6 +100,9 @@ class LabelledHistories(Histories):
     """`data.builder="dpt_histories"` (module docstring); made whole by one process (not in
     per-process parts)."""
 
+    #: The builder that reads the same file as plain histories (the AD counterpart's).
+    plain_builder = "histories"
+
     def exists(self, path: str, env, rows=None) -> bool:
         return os.path.exists(path) and os.path.exists(labels_path(path))
 

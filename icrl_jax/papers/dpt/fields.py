@@ -30,8 +30,11 @@ def dpt_config() -> ml_collections.ConfigDict:
         comparisons=ml_collections.ConfigDict(),
         offline_comparisons=ml_collections.ConfigDict(),
         # `report.kind="dpt_claims"` also trains AD on the same histories and evaluates it on
-        # the same tasks (its own work directory, `<workdir>/ad`).
+        # the same tasks (its own work directory, `<workdir>/ad`), its model fields as DPT's
+        # but for `ad_model`'s (e.g. an observation encoder; `model.position` is "learned"
+        # unless it says otherwise).
         compare_ad=False,
+        ad_model=ml_collections.ConfigDict(),
     ))
     return config
 
@@ -50,4 +53,6 @@ DPT_CONSTRAINTS = validation.declare("dpt", (
     validation.Constraint(("dpt.offline_comparisons",), "must map source names to their kwargs",
                  _named_kwargs, "\"{'lcb': {}}\" (in the config file)"),
     validation.boolean("dpt.compare_ad"),
+    validation.Constraint(("dpt.ad_model",), "must be a mapping of AD's model fields",
+                          lambda value: hasattr(value, "keys"), "\"{'position': 'rotary'}\""),
 ))

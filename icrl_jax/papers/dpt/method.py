@@ -13,7 +13,8 @@ how many transitions a position has seen).
 
 States are features of the env's observations (`StateFeatures`): a grid cell's (row, column)
 (the authors' Dark Room (x, y)), a one-hot of other discrete ids (a bandit's one observation:
-the authors' constant state [1]), float vectors as they are.
+the authors' constant state [1]), XLand-MiniGrid's view as one-hot tiles and colours, float
+vectors as they are.
 
 Policies (`DPTPolicy`):
 * online: the context holds the model's own transitions, added when their episode ends (each
@@ -43,11 +44,13 @@ from icrl_jax.data import sources
 from icrl_jax.data.sources import ParamSource, Source, Transition
 from icrl_jax.data.train_data import TrainData, on_device
 from icrl_jax.envs.base import BANDIT
+from icrl_jax.envs.xland import XLandMiniGrid
 from icrl_jax.methods import register
 from icrl_jax.methods.base import Method
 from icrl_jax.models.compiled import Compiled
 from icrl_jax.models.heads import checked_temperature, select_actions, smoothed_cross_entropy
 from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mask
+from icrl_jax.models.xland_view import NUM_COLORS, NUM_TILES
 from icrl_jax.papers.dpt.data import ContextBatch, LabelledHistory, sample_contexts
 
 #: Most discrete observation ids embedded as one-hot state features.
@@ -58,8 +61,9 @@ MAX_ONE_HOT = 4096
 class StateFeatures:
     """An env's observations as float32 state vectors of `dim` features (module docstring).
 
-    kind: "grid" (cell id -> (row, column) of a `grid_size` grid), "one_hot" (`dim` ids), or
-    "vector" (float observations of shape `shape`, flattened).
+    kind: "grid" (cell id -> (row, column) of a `grid_size` grid), "one_hot" (`dim` ids),
+    "xland_view" (XLand-MiniGrid's `(H, W, 2)` (tile, colour) ids: each cell's one-hot tile and
+    colour, flattened), or "vector" (float observations of shape `shape`, flattened).
     """
 
     kind: str
@@ -72,6 +76,9 @@ class StateFeatures:
         if env.host or env.pixels:
             raise UserError(f"dpt reads state vectors; {type(env).__name__} observes "
                             f"{'pixels' if env.pixels else 'a host simulator'}")
+        if isinstance(env, XLandMiniGrid):
+            shape = tuple(int(n) for n in env.observation_shape)
+            return cls("xland_view", shape[0] * shape[1] * (NUM_TILES + NUM_COLORS), shape=shape)
         if env.discrete_observations and env.grid_size:
             return cls("grid", 2, grid_size=int(env.grid_size))
         if env.discrete_observations:
@@ -90,6 +97,11 @@ class StateFeatures:
             return jnp.stack([obs // self.grid_size, obs % self.grid_size], -1).astype(jnp.float32)
         if self.kind == "one_hot":
             return jax.nn.one_hot(obs, self.dim, dtype=jnp.float32)
+        if self.kind == "xland_view":
+            ids = jnp.asarray(obs, jnp.int32)
+            cells = jnp.concatenate([jax.nn.one_hot(ids[..., 0], NUM_TILES, dtype=jnp.float32),
+                                     jax.nn.one_hot(ids[..., 1], NUM_COLORS, dtype=jnp.float32)], -1)
+            return jnp.reshape(cells, ids.shape[:-3] + (self.dim,))
         lead = obs.shape[:obs.ndim - len(self.shape)]
         return jnp.reshape(obs, lead + (self.dim,)).astype(jnp.float32)
 

@@ -1,4 +1,4 @@
-"""Registers DPT's parts: the Gaussian bandit, its sources, the labelled-histories builder, the
+"""Registers DPT's parts: the Gaussian bandit, its sources, the labelled-histories builders (XLand's too), the
 method and the `dpt_claims` report."""
 
-from icrl_jax.papers.dpt import bandits, data, fields, method, report  # noqa: F401
+from icrl_jax.papers.dpt import bandits, data, fields, method, report, xland  # noqa: F401

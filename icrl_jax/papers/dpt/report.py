@@ -3,7 +3,8 @@
 `report.num_seeds` DPT seeds are trained and evaluated on one shared dataset (`train_seeds`);
 with `dpt.compare_ad`, AD is trained on the same histories file (the same tasks and
 transitions, the same updates and batch, its context as many steps as DPT's has transitions;
-`model.position="learned"`, AD's own default) in `<workdir>/ad` and evaluated on the same tasks.
+`model.position="learned"`, AD's own default, and `dpt.ad_model`'s fields) in `<workdir>/ad`
+and evaluated on the same tasks.
 Every number is the mean over seeds of the mean over evaluation rollouts, ± the standard error
 over seeds (`metrics.seed_mean_sem`; the comparison algorithms and baselines do not depend on
 the training seed, so theirs is 0).
@@ -28,7 +29,7 @@ import numpy as np
 from icrl_jax.core.files import write_json, write_text
 from icrl_jax.core.metrics import seed_mean_sem
 from icrl_jax.core.registry import REPORTS
-from icrl_jax.data.builders import dataset_path
+from icrl_jax.data.builders import builder_of, dataset_path
 from icrl_jax.methods.fields import ad_model_fields
 from icrl_jax.pipeline import run as run_pipeline
 
@@ -44,7 +45,8 @@ def ad_counterpart(config) -> ml_collections.ConfigDict:
         if key not in ad.model:
             ad.model[key] = value
     ad.model.position = "learned"
-    ad.data.builder = "histories"
+    ad.model.update(config.dpt.ad_model.to_dict())
+    ad.data.builder = builder_of(config).plain_builder
     ad.data.path = dataset_path(config, run_pipeline.build_env(config))
     ad.workdir = os.path.join(config.workdir, "ad")
     ad.report.label = ""
