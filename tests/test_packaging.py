@@ -109,7 +109,7 @@ def test_the_core_dependencies_name_no_optional_package():
 
 def test_all_is_every_runtime_extra_and_test_adds_the_docs_and_tools():
     runtime = set(PYPROJECT["optional-dependencies"]) - {"all", "docs", "test"}
-    assert runtime == {"vizdoom", "miniworld", "continuous", "wandb", "gpt-dtma"}
+    assert runtime == {"vizdoom", "miniworld", "continuous", "wandb", "gpt-dtma", "xland"}
     assert _expanded("all") == set().union(*(_expanded(e) for e in runtime))
     assert _expanded("test") >= _expanded("all") | _expanded("docs") | {
         "pytest", "pytest-xdist", "hypothesis", "ruff", "build", "gymnasium-robotics", "mujoco"}

@@ -286,11 +286,12 @@ class XLandPPO(XLandHDF5):
 
     @staticmethod
     def provenance(config) -> dict[str, Any]:
-        """What the files depend on: a config that asks for other data must not read them."""
+        """What the files depend on: a config that asks for other data must not read them (the
+        seed may differ: training seeds of a report share one dataset)."""
         data = config.data
         return json.loads(json.dumps({
             "env.name": config.env.name, "env.kwargs": config.env.kwargs.to_dict(),
-            "data.source_kwargs": data.source_kwargs.to_dict(), "seed": int(config.seed),
+            "data.source_kwargs": data.source_kwargs.to_dict(),
             "data.split_seed": int(data.split_seed), "data.num_train_tasks": int(data.num_train_tasks),
             "data.num_test_tasks": int(data.num_test_tasks)}, default=str))
 

@@ -43,8 +43,8 @@ from icrl_jax.core.registry import COMMANDS, HOOKS, REPORTS
 from icrl_jax.core.validation import validate
 from icrl_jax.core.workdir_lock import hold, refuse_if_in_use
 from icrl_jax.data.baselines import baseline_policies
-from icrl_jax.data.builders import (Rows, dataset_returns, generate, num_rows, open_dataset,
-                                    reference_scores, share_dataset, task_split)
+from icrl_jax.data.builders import (Rows, builder_of, dataset_returns, generate, num_rows,
+                                    open_dataset, reference_scores, share_dataset, task_split)
 from icrl_jax.data.minari_io import normalized_score
 from icrl_jax.data.rollout import run_policies
 from icrl_jax.methods import build_method, method_class
@@ -241,18 +241,23 @@ def eval_tasks(env, config, which: str = "", actions: str | None = None, same_co
     return env.task_params(ids, actions=actions) if actions else env.task_params(ids)
 
 
-def rollout_and_score(config, env, method, params, tasks, key, model_key=None):
+def rollout_and_score(config, env, method, params, tasks, key, model_key=None, recorded=None):
     """Roll out the method's policies and the baselines on `tasks` with one key; returns
-    (results, curves, rollouts). `model_key` draws per-evaluation parameters (`eval_params`)."""
+    (results, curves, rollouts). `model_key` draws per-evaluation parameters (`eval_params`).
+    `recorded`: baselines' rollouts on these tasks made with the dataset
+    (`Builder.recorded_rollouts`), scored as they are instead of rolled out."""
+    recorded = recorded or {}
     if model_key is not None:
         params = method.eval_params(params, model_key, env)
-    policies = dict(method.policies(params, env, config), **baseline_policies(config, env))
+    policies = dict(method.policies(params, env, config),
+                    **baseline_policies(config, env, skip=recorded))
     num_steps = int(config.eval.num_steps)
     rollouts = run_policies(env, policies, tasks, num_steps, key, seed=10_000 + config.eval.seed,
                             chunk_size=config.eval.chunk_size or None,
                             show_progress=config.run.progress,
                             # final policy states only for a method whose analysis reads them
                             keep_state=type(method).write_analysis is not Method.write_analysis)
+    rollouts.update(recorded)
     results, curves = metrics.summarise(env.scoring, rollouts, num_steps, int(config.eval.final_window),
                                     env.goal_terminates)
     for name, rollout in rollouts.items():
@@ -284,9 +289,12 @@ def evaluate(config, params=None, step: int | None = None) -> dict[str, Any]:
         checkpoint_step = trainer.latest_checkpoint_step(config.workdir)
     tasks = eval_tasks(env, config)
     start = time.perf_counter()
+    recorded = {k: v for k, v in builder_of(config).recorded_rollouts(config, env).items()
+                if k in config.eval.baselines}
     with sized_by("evaluation", config):
         results, curves, rollouts = rollout_and_score(config, env, method, params, tasks,
-                                                      jax.random.PRNGKey(config.eval.seed))
+                                                      jax.random.PRNGKey(config.eval.seed),
+                                                      recorded=recorded)
     results["checkpoint_step"] = checkpoint_step
     if step is None and checkpoint_step != int(config.train.num_steps):
         results["note"] = (f"evaluated the newest checkpoint, step {checkpoint_step}, not "
