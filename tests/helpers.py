@@ -51,6 +51,28 @@ def experiment_configs():
     return found
 
 
+#: xminigrid's benchmark file that stands in for one a preset names and a user downloads.
+XLAND_BENCHMARK_STAND_IN = os.path.join(ROOT, "tests", "fixtures", "xland_hdf5", "trivial_stand_in")
+_ENVS = {}
+
+
+def env_of(config):
+    """The config's env, built once for every config that names the same env and arguments (a
+    brax env takes seconds to build). An XLand benchmark file that is not here (a preset that
+    trains on a download) is built on `XLAND_BENCHMARK_STAND_IN`, of the same format."""
+    import envs
+    kwargs = config.env.kwargs.to_dict()
+    benchmark = kwargs.get("benchmark")
+    if config.env.name.startswith("XLand-MiniGrid") and benchmark is not None:
+        from envs import xland_rulesets
+        if benchmark not in xland_rulesets.KINDS and not os.path.isfile(benchmark):
+            kwargs["benchmark"] = XLAND_BENCHMARK_STAND_IN
+    key = (config.env.name, repr(sorted(kwargs.items())))
+    if key not in _ENVS:
+        _ENVS[key] = envs.make(config.env.name, **kwargs)
+    return _ENVS[key]
+
+
 def some_action(env, params):
     """An available action of each task in `params` (batched): the first allowed discrete
     action, the zero vector for continuous actions, component 0 for multi-discrete ones."""

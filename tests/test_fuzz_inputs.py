@@ -21,7 +21,7 @@ from icrl_jax.core import config as core_config
 from icrl_jax.core import validation
 from icrl_jax.core.errors import UserError
 from icrl_jax.data import sources
-from helpers import assert_user_error, experiment_configs, run_cli
+from helpers import assert_user_error, env_of, experiment_configs, run_cli
 from test_validation import NOT_INT, invalid_values as field_values
 
 CONFIGS = [c for c in experiment_configs() if c[2].method]
@@ -254,14 +254,6 @@ def _relation_breakers(config, env) -> list[tuple[dict, str]]:
     return out
 
 
-ENVS = {}
-
-
-def _env(config):
-    key = (config.env.name, repr(sorted(config.env.kwargs.to_dict().items())))
-    if key not in ENVS:
-        ENVS[key] = envs.make(config.env.name, **config.env.kwargs.to_dict())
-    return ENVS[key]
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -269,7 +261,7 @@ def _env(config):
 def test_a_broken_relation_or_requirement_is_refused_before_anything_is_built(
         index, data, nothing_built, tmp_path_factory):
     config = CONFIGS[index][2]
-    breakers = _relation_breakers(config, _env(config))
+    breakers = _relation_breakers(config, env_of(config))
     overrides, named = data.draw(st.sampled_from(breakers))
     broken = copy.deepcopy(config)
     broken.unlock()

@@ -21,7 +21,7 @@ from icrl_jax.pipeline import run as run_pipeline
 from icrl_jax.core.config import check_key, set_dotted
 from icrl_jax.core.registry import COMMANDS, REPORTS
 from icrl_jax.methods import METHODS
-from helpers import check_env_contract, experiment_configs
+from helpers import check_env_contract, env_of, experiment_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,8 +59,7 @@ def cheapest_config(method: str):
     """The quick preset (else any preset) of the first experiment config that trains `method` on
     a JAX env with data made in seconds (not a PPO-trained locomotion dataset)."""
     usable = [(path, preset, config) for path, preset, config in CONFIGS
-              if config.method == method and not envs.make(config.env.name,
-                                                            **config.env.kwargs).host
+              if config.method == method and not env_of(config).host
               and config.data.builder != "locomotion"]
     usable.sort(key=lambda c: (c[1] != "quick", c[0], c[1]))
     return usable[0] if usable else None

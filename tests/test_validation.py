@@ -13,11 +13,10 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from icrl_jax import envs
 from icrl_jax.core import config as core_config
 from icrl_jax.core import validation
 from icrl_jax.core.errors import UserError
-from helpers import (assert_user_error, experiment_configs, experiment_modules, offered_presets,
+from helpers import (assert_user_error, env_of, experiment_configs, experiment_modules, offered_presets,
                      run_cli)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,17 +36,6 @@ CASES = [(i, key) for i, (_, _, config) in enumerate(CONFIGS) for key in sorted(
          if validation.Constraint((key,), "", bool, "").values(config) is not None]
 
 
-_ENVS = {}
-
-
-def _env(config):
-    """The config's env, built once for every config that names the same env and arguments
-    (a brax env takes seconds to build)."""
-    kwargs = config.env.kwargs.to_dict()
-    key = (config.env.name, repr(sorted(kwargs.items())))
-    if key not in _ENVS:
-        _ENVS[key] = envs.make(config.env.name, **kwargs)
-    return _ENVS[key]
 
 
 @pytest.mark.parametrize("index", range(len(CONFIGS)), ids=IDS)
@@ -55,7 +43,7 @@ def test_every_experiment_config_and_preset_validates(index):
     _, _, config = CONFIGS[index]
     validation.validate(config)
     if config.method:
-        validation.validate(config, _env(config), num_devices=1)
+        validation.validate(config, env_of(config), num_devices=1)
 
 
 MODULES = experiment_modules()
@@ -284,14 +272,14 @@ def test_a_broken_relation_is_one_line_naming_the_keys(index, data):
 
 #: Configs whose env has a finite task set (built once each: JAX envs build in milliseconds).
 FINITE = [i for i, (_, _, config) in enumerate(CONFIGS)
-          if config.method and (_env(config).num_tasks or 0) > 1]
+          if config.method and (env_of(config).num_tasks or 0) > 1]
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(index=st.sampled_from(FINITE), extra=st.integers(1, 1000))
 def test_more_tasks_than_the_env_has_is_one_line(index, extra):
     _, _, config = CONFIGS[index]
-    env = _env(config)
+    env = env_of(config)
     broken = _override(config, "data.num_test_tasks",
                        env.num_tasks - config.data.num_train_tasks + extra)
     with pytest.raises(UserError, match=f"the {env.num_tasks} tasks the env has") as info:
