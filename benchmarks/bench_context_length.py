@@ -3,8 +3,9 @@
 side by side.
 
 `python -m benchmarks context_length [--contexts 512,1024,2048,4096] [--batch 8]
-[--impls dense,blockwise] [--dense-up-to 2048] [--write]`: each (context, attention) point runs in
-a child process of its own (`--point CONTEXT IMPL`), so that its peak resident memory is its own:
+[--impls dense,blockwise] [--dense-up-to 2048] [--remat] [--write]` (`--remat`: every block
+recomputes its activations in the backward pass, `model.remat`): each (context, attention)
+point runs in a child process of its own (`--point CONTEXT IMPL`), so that its peak resident memory is its own:
 the child times its jitted training step (`training.measure_ad`: the first call, compiling, apart;
 then the median of `--rounds` calls of `--steps-per-call` steps), reads its peak RSS before
 timing a 4096^3 matmul for the MFU's peak (`training.matmul_peak`), and prints one JSON line.
@@ -32,9 +33,11 @@ def measure_point(args, context: int, implementation: str) -> dict:
     result = training.measure_ad(
         args.layers, args.d_model, args.heads, args.batch, context, calls=1, rounds=args.rounds,
         steps_per_call=args.steps_per_call, histories=args.histories,
-        model=dict(position=args.position, attention_impl=implementation))
+        model=dict(position=args.position, attention_impl=implementation, remat=args.remat))
     result["peak_rss_mib"] = harness.host_peak_rss_mib()
     peak = training.matmul_peak()
+    if args.remat:
+        implementation += " + remat"
     return dict(result, context=context, implementation=implementation, peak_flops=peak,
                 mfu=result["model_flops_per_s"] / peak)
 
@@ -47,7 +50,8 @@ def run_point(context: int, implementation: str, argv: list[str]) -> dict:
     result = harness.last_json_line(done.stdout)
     if done.returncode or result is None:
         killed = done.returncode < 0 or done.returncode == 137
-        return dict(context=context, implementation=implementation,
+        label = implementation + (" + remat" if "--remat" in argv else "")
+        return dict(context=context, implementation=label,
                     failed="killed (out of memory)" if killed else done.stderr.strip()[-300:])
     return result
 
@@ -70,6 +74,8 @@ def main(argv=None):
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--position", default="alibi")
+    parser.add_argument("--remat", action="store_true", help="model.remat: recompute each "
+                        "block's activations in the backward pass")
     parser.add_argument("--steps-per-call", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--histories", type=int, default=64)

@@ -12,13 +12,14 @@ import ml_collections
 
 from icrl_jax.core import validation
 from icrl_jax.core.config import base_config, default_transformer_config
-from icrl_jax.models.fields import ngram_model_fields
+from icrl_jax.models.fields import memory_model_fields, ngram_model_fields
 
 
 def ad_model_fields() -> dict:
     """AD's (and its variants') fields of `config.model`, beside the shared transformer's."""
     return dict(
         **ngram_model_fields(),
+        **memory_model_fields(),
         label_smoothing=0.0,
         # Grid worlds: add the cell's (row, column) features to its id embedding.
         grid_observations=False,

@@ -1,5 +1,6 @@
 """Config fields of the shared model features beside the transformer's own: the n-gram
-induction-head layers (`models/ngram.py`), declared here once with what they take.
+induction-head layers (`models/ngram.py`) and activation rematerialisation, declared here once
+with what they take.
 
 Pure ml_collections (no model code), so that experiment files, which import these, load fast.
 """
@@ -25,6 +26,19 @@ def ngram_model_fields() -> dict:
         # "" = <dataset>/vq, pretrained there first by `train` when the config has a `vq` section.
         vq_checkpoint="",
     )
+
+
+def memory_model_fields() -> dict:
+    """Fields of `config.model` that trade compute for training memory."""
+    return dict(
+        # Recompute each transformer block's activations in the backward pass rather than keep
+        # them (`Transformer.remat`): long contexts train in less memory, same gradients.
+        remat=False,
+    )
+
+
+#: What the memory fields take (core/validation.py).
+MEMORY_CONSTRAINTS = validation.declare("memory", (validation.boolean("model.remat"),))
 
 
 #: What the n-gram layers' fields take (core/validation.py).

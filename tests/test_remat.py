@@ -1,0 +1,44 @@
+"""Activation rematerialisation (`model.remat`): the same parameters, values and gradients as
+without it, with dropout and every position kind; the AD config carries the field."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from icrl_jax.methods.fields import ad_model_config
+from icrl_jax.models.transformer import Transformer
+
+
+def _grads(model, params, x, rng, deterministic):
+    def loss(params, x):
+        out = model.apply(params, x, deterministic=deterministic, rngs={"dropout": rng})
+        return jnp.sum(jnp.sin(out) * jnp.arange(out.shape[-1]))
+    return jax.value_and_grad(loss, argnums=(0, 1))(params, x)
+
+
+@pytest.mark.parametrize("position,impl,dropout", [
+    ("learned", "dense", 0.0), ("alibi", "blockwise", 0.2), ("rotary", "dense", 0.2)])
+def test_remat_gradients_equal(position, impl, dropout):
+    kwargs = dict(num_layers=3, num_heads=2, position=position, max_len=40,
+                  residual_dropout=dropout, attention_dropout=dropout, attention_impl=impl,
+                  attention_block_size=16)
+    plain, remat = Transformer(**kwargs), Transformer(**kwargs, remat=True)
+    x = jax.random.normal(jax.random.key(0), (2, 37, 16))
+    params = plain.init(jax.random.key(1), x)
+    assert (jax.tree.structure(remat.init(jax.random.key(1), x))
+            == jax.tree.structure(params))  # a checkpoint restores either way
+    deterministic = dropout == 0.0
+    (value, grads) = _grads(plain, params, x, jax.random.key(2), deterministic)
+    (value_r, grads_r) = _grads(remat, params, x, jax.random.key(2), deterministic)
+    np.testing.assert_allclose(value_r, value, rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(grads_r), jax.tree.leaves(grads)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_remat_is_a_model_field():
+    config = ad_model_config()
+    assert config.remat is False
+    config.remat = True
+    assert Transformer.from_config(config).remat
+    assert "remat" not in Transformer.changed_settings(config)  # computes the same function
