@@ -44,6 +44,16 @@ BENCHMARKS = """# Benchmark results
 | bernoulli_bandit | 16 | 20000 | 5,909,815 | 2.43x | 466 |
 """
 
+DPT = "\n".join([
+    "# DPT results", "", "| claim | paper | ours | command | wall time |", "| --- | --- | --- | --- | --- |",
+    "| bandits online: regret | DPT ≈ TS | **partly**: regret DPT 8.67 ± 0.33 (8.87 / 9.11 / 8.02), TS 6.13, "
+    "UCB 6.97, empirical mean 6.18, source 31.38, random 32.85 | x | y |",
+    "| Dark Room, held-out goals, online: goal | few episodes | **partly**: return 0.6 ± 0.4 (episode 1), "
+    "6.9 ± 2.9 (2), 41.3 ± 7.3 (10); reached 13% / 31% / 62%; the data's source (the explorer) 14.3, "
+    "37.3, 48.7 | x | y |",
+    "| DPT against AD | DPT learns | **shows**: bandits AD 32.34 ± 0.79; Dark Room AD returns 13.7 ± 3.1 "
+    "(episode 1), 6.7 ± 0.7 (10): it does not improve | x | |", ""])
+
 CURVES = {"title": "a tiny run", "curves": {
     policy: {"mean": [1.0 + k, 2.0 + k, 4.0 + k], "sem": [0.1, 0.2, 0.1]}
     for k, policy in enumerate(("random", "model", "source"))}}
@@ -79,6 +89,8 @@ def test_cells_read_as_written(figures):
     assert figures.seed_values("1.053 ± 0.009 (1.065 / 1.06 / 1.035)") == [1.065, 1.06, 1.035]
     assert figures.seed_values("DT 20.3 ± 1.6 (18.6, 23.4, 18.8)") == [18.6, 23.4, 18.8]
     assert figures.seed_values("0.49 (training goals 0.67)") == []
+    assert figures.episode_points("0.6 ± 0.4 (episode 1), 6.9 ± 2.9 (2); 13% (3)") == (
+        [1, 2], [0.6, 6.9], [0.4, 2.9])
 
 
 def test_tables_found_by_heading_and_row(figures, tmp_path):
@@ -101,17 +113,19 @@ def test_writes_each_figure_from_a_small_results_folder(tmp_path):
     data = tmp_path / "docs" / "figures" / "data"
     data.mkdir(parents=True)
     (data / "ad_darkroom_quick.json").write_text(json.dumps(CURVES))
+    (tmp_path / "experiments" / "dpt").mkdir()
+    (tmp_path / "experiments" / "dpt" / "RESULTS.md").write_text(DPT)
     out = tmp_path / "img"
     result = subprocess.run([sys.executable, SCRIPT, "--root", str(tmp_path), "--out", str(out),
-                             "--only", "curves,headless_ad,msat,bench_envs"],
+                             "--only", "curves,headless_ad,msat,dpt,bench_envs"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     written = sorted(p.name for p in out.iterdir())
-    assert written == ["ad_darkroom_curves.png", "bench_env_steps.png", "headless_ad_table1.png",
-                       "msat_table2.png"]
+    assert written == ["ad_darkroom_curves.png", "bench_env_steps.png", "dpt_claims.png",
+                       "headless_ad_table1.png", "msat_table2.png"]
     assert result.stdout.split() == [os.path.join("img", n) for n in
                                      ("ad_darkroom_curves.png", "headless_ad_table1.png",
-                                      "msat_table2.png", "bench_env_steps.png")]
+                                      "msat_table2.png", "dpt_claims.png", "bench_env_steps.png")]
     for name in written:
         width, height = png_size(out / name)
         assert width > 300 and height > 200 and (out / name).stat().st_size > 10_000

@@ -1,9 +1,10 @@
 """The documentation's figures, drawn from the project's committed results.
 
 Every number comes from where it is already written down: the markdown tables of
-`experiments/RESULTS.md` and `benchmarks/RESULTS.md`, the Uni[MASK] appendix-comparison table on
-`docs/papers/unimask.md`, and the curve data of one real run in `docs/figures/data/`. The pictures
-of the environments are drawn from the envs' own params and states, stepped with their own `step`.
+`experiments/RESULTS.md`, `experiments/dpt/RESULTS.md` and `benchmarks/RESULTS.md`, the
+Uni[MASK] appendix-comparison table on `docs/papers/unimask.md`, and the curve data of one real
+run in `docs/figures/data/`. The pictures of the environments are drawn from the envs' own params
+and states, stepped with their own `step`.
 
     python docs/figures/make_figures.py                      # every figure, into docs/img/
     python docs/figures/make_figures.py --only curves,msat   # some of them
@@ -30,6 +31,7 @@ BENCHMARKS = "benchmarks/RESULTS.md"
 UNIMASK_PAGE = "docs/papers/unimask.md"
 GPT_DTMA_PAGE = "docs/papers/gpt-dtma.md"
 CURVES = "docs/figures/data/ad_darkroom_quick.json"
+DPT = "experiments/dpt/RESULTS.md"
 
 #: One palette for every figure: ours, the paper, and the other policies or methods.
 OURS, PAPER, SOURCE, RANDOM = "#3f51b5", "#9e9e9e", "#ef6c00", "#757575"
@@ -300,6 +302,65 @@ def figure_ngram(root: str, out: str) -> list[str]:
     ax.set_title("Dark Key-to-Door, 2x64 models, 30,000 updates")
     ax.legend(frameon=False, fontsize=8, loc="upper left", ncols=3)
     return [save(fig, out, "ngram_key_to_door.png")]
+
+
+#: The bandit policies of DPT's online-regret claim, as its results table names them.
+DPT_BANDIT_POLICIES = ("DPT", "TS", "UCB", "empirical mean", "source", "random")
+#: "mean ± sem (episode N)" or "mean ± sem (N)": one point of a return-per-episode curve.
+EPISODE_POINT = rf"({NUMBER}) ± ({NUMBER}) \((?:episode )?(\d+)\)"
+
+
+def episode_points(text: str) -> tuple[list[int], list[float], list[float]]:
+    """(episodes, means, sems) of every "mean ± sem (episode N)" in `text`, in order."""
+    found = re.findall(EPISODE_POINT, plain(text))
+    if not found:
+        raise FigureInputError(f"no 'mean ± s.e.m. (episode N)' points in '{plain(text)[:60]}...'")
+    return ([int(e) for _, _, e in found], [number(m) for m, _, _ in found],
+            [number(s) for _, s, _ in found])
+
+
+def figure_dpt(root: str, out: str) -> list[str]:
+    """DPT's claims at quick scale: cumulative bandit regret by policy, and the return per
+    in-context episode on held-out Dark Room goals of DPT, AD and the data's source."""
+    path = os.path.join(root, DPT)
+    table = find_table(path, "", "claim")
+    bandit = plain(find_row(path, table, r"bandits online")["ours"])
+    regret = named_values(bandit, list(DPT_BANDIT_POLICIES))
+    if "DPT" not in regret:
+        raise FigureInputError(f"{path}: the bandits-online row names no 'DPT mean ± s.e.m.'")
+    room = plain(find_row(path, table, r"Dark Room, held-out goals")["ours"])
+    dpt_curve = episode_points(room.split(";")[0])
+    source_text = room.split("source", 1)[-1]
+    source = numbers(source_text.split(")", 1)[-1])[:len(dpt_curve[0])]
+    versus = plain(find_row(path, table, r"DPT against AD")["ours"])
+    ad_curve = episode_points(versus.split("Dark Room AD", 1)[-1].split(":")[0])
+
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 3.8), width_ratios=(1, 1.25))
+    names = list(regret)
+    left.bar(names, [regret[n][0] for n in names],
+             color=[OURS if n == "DPT" else SOURCE if n == "source" else
+                    RANDOM if n == "random" else PAPER for n in names])
+    with_sem = [k for k, n in enumerate(names) if not np.isnan(regret[n][1])]
+    left.errorbar(with_sem, [regret[names[k]][0] for k in with_sem],
+                  yerr=[regret[names[k]][1] for k in with_sem], fmt="none", ecolor="black", capsize=3)
+    left.set_ylabel("cumulative regret after 100 pulls")
+    left.set_title("Bandits, online (5 arms)")
+    left.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    for label, (episodes, means, sems), colour, style in (
+            ("DPT", dpt_curve, OURS, "-o"), ("AD", ad_curve, METHOD_COLOURS[2], "-s")):
+        means, sems = np.asarray(means), np.asarray(sems)
+        right.plot(episodes, means, style, color=colour, lw=2, ms=4, label=label)
+        right.fill_between(episodes, means - sems, means + sems, color=colour, alpha=0.15, lw=0)
+    if len(source) == len(dpt_curve[0]):
+        right.plot(dpt_curve[0], source, "--", color=SOURCE, lw=2, label="the data's source")
+    right.set_xlabel("in-context episode")
+    right.set_ylabel("episode return")
+    right.set_title("Dark Room, held-out goals, online")
+    right.set_ylim(bottom=0)
+    right.legend(frameon=False, fontsize=8, loc="upper left")
+    fig.suptitle("DPT at quick scale, 3 training seeds (mean ± s.e.m.)", fontsize=11)
+    return [save(fig, out, "dpt_claims.png")]
 
 
 def read_unimask(path: str, size: int = 500):
@@ -747,6 +808,7 @@ FIGURES = {
     "gpt_dtma": figure_gpt_dtma,
     "markov_heads": figure_markov_heads,
     "msat": figure_msat,
+    "dpt": figure_dpt,
     "bench_envs": figure_bench_envs,
     "bench_eval": figure_bench_eval,
     "bench_train": figure_bench_train,
