@@ -370,6 +370,20 @@ def test_cached_rollout_equals_recomputed_when_episodes_fit_the_context():
                                   out["recomputed"]["policy_state"].last_context.actions)
 
 
+def test_alibi_positions_decode_from_a_cache():
+    """ALiBi token positions are relative, like rotary ones: a cache where episodes fit the
+    context, and the cached rollout samples the recomputed one's actions."""
+    env, method, params = _button_room_dt(K, timestep_encoding="position", position="alibi")
+    assert method.cache_slots(K) == K * method.tokens_per_step
+    tasks = env.task_params(jnp.arange(4))
+    policies = {"cached": return_conditioned_source(method, params, env, K, 5.0, greedy=False),
+                "recomputed": return_conditioned_source(method, params, env, K, 5.0,
+                                                        greedy=False, cache=False)}
+    assert policies["cached"].build.cached
+    out = run_policies(env, policies, tasks, 2 * K + 1, jax.random.key(4))
+    np.testing.assert_array_equal(out["cached"]["actions"], out["recomputed"]["actions"])
+
+
 def test_chunked_dt_evaluation_equals_unchunked():
     """A DT's rollouts in chunks of envs equal one call over all of them, exactly: the ring
     cache (episodes 3x the context, a window) and the recomputed context."""

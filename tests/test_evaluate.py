@@ -395,7 +395,7 @@ def assert_ring_logits_equal_the_trained_computation(policy, params, windows, wi
 
 
 @pytest.mark.parametrize("position,window", [("rotary", CONTEXT), ("none", CONTEXT),
-                                             ("rotary", CONTEXT // 2)])
+                                             ("rotary", CONTEXT // 2), ("alibi", CONTEXT // 2)])
 def test_ad_with_an_attention_window_decodes_any_rollout_from_a_ring(position, window):
     """AD trained with a sliding attention window and relative positions: a rollout three
     contexts long decodes one token a step from a ring of W slots, and every step's logits are
@@ -422,7 +422,8 @@ def test_headless_ad_with_an_attention_window_decodes_any_rollout_from_a_ring(pr
     """Headless-AD with a sliding window: the action-set prompt stays in front of a ring of W
     step slots, and each step's logits are the full windowed pass's and the training window's
     (the prompt stays visible in both). With rotary positions the prompt sits at position 0, so
-    its distance to a step grows past the window: such a model recomputes the window."""
+    its distance to a step grows past the window: such a model recomputes the window (ALiBi's
+    too)."""
     from icrl_jax.envs.bandits import BernoulliBandit
     from icrl_jax.papers.headless_ad.method import HeadlessAD, default_headless_config
 
@@ -434,10 +435,10 @@ def test_headless_ad_with_an_attention_window_decodes_any_rollout_from_a_ring(pr
                            prompt=prompt).items():
         config[key] = value
     method = HeadlessAD(config, num_observations=1)
-    rotary_prompt = config.copy_and_resolve_references()
-    rotary_prompt.update(dict(position="rotary", prompt=True))
-    rotary_prompt = HeadlessAD(rotary_prompt, num_observations=1)
-    assert rotary_prompt.decode_window == 0
+    for relative in ("rotary", "alibi"):
+        with_prompt = config.copy_and_resolve_references()
+        with_prompt.update(dict(position=relative, prompt=True))
+        assert HeadlessAD(with_prompt, num_observations=1).decode_window == 0
     steps = 4 * CONTEXT + 2
     windows = to_step_windows(generate_histories(env, envs_random(), env.task_params(np.arange(2)),
                                                  steps, jax.random.PRNGKey(0)))

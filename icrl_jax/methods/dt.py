@@ -423,9 +423,9 @@ class DecisionTransformer(Method):
         """The model's step outputs can be decoded from a key/value cache exactly: "state"
         prediction (each step's action read from s_t), and sequence positions that are relative
         or absent (`model.timestep_encoding` "timestep" or "none", whose backbone has no
-        positions, or "position" with rotary ones), so that a step's tokens compute the same
+        positions, or "position" with rotary or ALiBi ones), so that a step's tokens compute the same
         whatever their offset in the context."""
-        relative = self.backbone.position in ("rotary", "none")
+        relative = self.backbone.position in ("rotary", "alibi", "none")
         return relative and self.config.action_prediction == "state"
 
     def cache_slots(self, episode_length: int | None) -> int | None:

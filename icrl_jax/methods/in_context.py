@@ -8,7 +8,7 @@ window shifts left by one each step. No shape changes per step, hence one compil
 whole rollout. When the whole rollout fits in the context, methods that can decode from a
 key/value cache do: one token per step, and each step is decoded exactly once. A model trained
 with a sliding attention window of W steps and relative positions (`model.attention_window`,
-`model.position="rotary"`; `InContextMethod.decode_window`) decodes rollouts of any length the
+`model.position` "rotary" or "alibi"; `InContextMethod.decode_window`) decodes rollouts of any length the
 same way, from a ring of W slots: one token a step, and each step sees its last W steps, exactly
 its training computation. Longer rollouts of other models either recompute the sliding window
 at every step (exact, L tokens a step) or, with `context_caches = m >= 1`, decode from m
@@ -368,12 +368,13 @@ class InContextMethod(Method):
     @property
     def decode_window(self) -> int:
         """W > 0 when the model attends over a sliding window of W tokens
-        (`model.attention_window`) with relative positions (`model.position` "rotary" or
-        "none") and no n-gram layers (their matches reach the whole past): a ring of W
+        (`model.attention_window`) with relative positions (`model.position` "rotary", "alibi"
+        or "none": a query's scores depend on its distance to each key, not on where the pair
+        sits) and no n-gram layers (their matches reach the whole past): a ring of W
         key/value slots then decodes a rollout of any length exactly as the full pass computes
         it (`models/transformer.py`: `ring_cache_mask`); else 0."""
         window = int(self.config.attention_window)
-        relative = self.config.position in ("rotary", "none")
+        relative = self.config.position in ("rotary", "alibi", "none")
         return window if window > 0 and relative and not self.config.ngram_positions else 0
 
     @property

@@ -296,10 +296,10 @@ class HeadlessAD(InContextMethod):
 
     @property
     def decode_window(self) -> int:
-        """`InContextMethod.decode_window`, except with the action-set prompt and rotary
-        positions: the prompt sits at position 0, so a step's distance to it grows with the
+        """`InContextMethod.decode_window`, except with the action-set prompt and rotary or
+        ALiBi positions: the prompt sits at position 0, so a step's distance to it grows with the
         rollout, past what a training window shows (such a model recomputes the window)."""
-        if self.model.prompt and self.config.position == "rotary":
+        if self.model.prompt and self.config.position in ("rotary", "alibi"):
             return 0
         return super().decode_window
 
