@@ -60,11 +60,11 @@ def env_of(config):
     """The config's env, built once for every config that names the same env and arguments (a
     brax env takes seconds to build). An XLand benchmark file that is not here (a preset that
     trains on a download) is built on `XLAND_BENCHMARK_STAND_IN`, of the same format."""
-    import envs
+    from icrl_jax import envs
     kwargs = config.env.kwargs.to_dict()
     benchmark = kwargs.get("benchmark")
     if config.env.name.startswith("XLand-MiniGrid") and benchmark is not None:
-        from envs import xland_rulesets
+        from icrl_jax.envs import xland_rulesets
         if benchmark not in xland_rulesets.KINDS and not os.path.isfile(benchmark):
             kwargs["benchmark"] = XLAND_BENCHMARK_STAND_IN
     key = (config.env.name, repr(sorted(kwargs.items())))

@@ -238,6 +238,7 @@ def _relation_breakers(config, env) -> list[tuple[dict, str]]:
         out.append(({"eval.context_caches": config.train.seq_len + 1}, "eval.context_caches"))
     if config.model.get("ngram_positions") == ():
         out.append(({"model.ngram_max": 3}, "has no effect"))
+        out.append(({"model.ngram_latest": True}, "model.ngram_latest=True has no effect"))
     if config.data.builder == "locomotion":
         out.append(({"data.histories_per_task": 4}, "has no effect"))
     if config.env.name in ("bernoulli_bandit", "contextual_bandit"):
@@ -254,6 +255,23 @@ def _relation_breakers(config, env) -> list[tuple[dict, str]]:
     return out
 
 
+
+
+def test_an_ngram_setting_without_ngram_layers_is_named():
+    """Each n-gram setting a user sets on a config without n-gram layers (plain AD, the n-gram
+    papers' `_ad` twins) is refused as having no effect, naming the setting; with layers it is
+    taken."""
+    without = [c for _, _, c in CONFIGS if c.get("model", {}).get("ngram_positions") == ()]
+    assert without
+    for config in without:
+        for key, value in (("model.ngram_latest", True), ("model.ngram_match", "observation"),
+                           ("model.ngram_max", 2), ("model.ngram_shuffle", True)):
+            broken = copy.deepcopy(config)
+            core_config.set_dotted(broken, key, value)
+            with pytest.raises(UserError, match=f"{key}=.* has no effect without n-gram layers"):
+                validation.validate(broken)
+            core_config.set_dotted(broken, "model.ngram_positions", (1,))
+            validation.validate(broken)
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))

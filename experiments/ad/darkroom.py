@@ -38,13 +38,14 @@ QUICK = dict(QUICK_ORACLE, **{
     "data.source": "grid_explorer",
     "data.source_kwargs": {"eps": 0.1},
     "model.ngram_positions": (),
+    "model.ngram_latest": False,
     "model.position": "rotary",
     "model.attention_window": 50,
 })
 PRESETS = {
     "quick": QUICK,
-    "quick_ngram": dict(QUICK, **{"model.ngram_positions": (1,), "model.position": "learned",
-                                  "model.attention_window": 0}),
+    "quick_ngram": dict(QUICK, **{"model.ngram_positions": (1,), "model.ngram_latest": True,
+                                  "model.position": "learned", "model.attention_window": 0}),
     "quick_oracle": QUICK_ORACLE,
 }
 

@@ -78,7 +78,8 @@ PRESETS["qlearning_cpu_starts_return"] = dict(PRESETS["qlearning_cpu_starts"],
 for _name in ("quick_explorer", "quick_explorer_centre", "quick_explorer_lapse",
               "quick_explorer_centre_lapse", "qlearning_cpu", "qlearning_cpu_dropout",
               "qlearning_cpu_starts"):
-    PRESETS[_name + "_ad"] = dict(PRESETS[_name], **{"model.ngram_positions": ()})
+    PRESETS[_name + "_ad"] = dict(PRESETS[_name], **{"model.ngram_positions": (),
+                                                     "model.ngram_latest": False})
 
 
 def get_config(preset: str = ""):

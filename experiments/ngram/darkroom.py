@@ -118,7 +118,8 @@ PRESETS = {
 }
 for _name in ("quick_narrow", "quick_oracle", "quick_explorer", "quick_explorer_narrow",
               "quick_explorer_goals40", "quick_explorer_goals40_narrow"):
-    PRESETS[_name + "_ad"] = dict(PRESETS[_name], **{"model.ngram_positions": ()})
+    PRESETS[_name + "_ad"] = dict(PRESETS[_name], **{"model.ngram_positions": (),
+                                                     "model.ngram_latest": False})
 
 
 def get_config(preset: str = ""):

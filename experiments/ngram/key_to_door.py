@@ -51,10 +51,12 @@ PRESETS = {
     "quick_ad": dict(QUICK, **{"model.ngram_positions": (),
                              "sweep.space": vmappable_space(table2_space(False))}),
     "quick_explorer": dict(QUICK_EXPLORER),
-    "quick_explorer_ad": dict(QUICK_EXPLORER, **{"model.ngram_positions": ()}),
+    "quick_explorer_ad": dict(QUICK_EXPLORER, **{"model.ngram_positions": (),
+                                                 "model.ngram_latest": False}),
     "quick_explorer_centre_lapse_narrow": dict(QUICK_CENTRE_LAPSE_NARROW),
     "quick_explorer_centre_lapse_narrow_ad": dict(QUICK_CENTRE_LAPSE_NARROW,
-                                                  **{"model.ngram_positions": ()}),
+                                                  **{"model.ngram_positions": (),
+                                                     "model.ngram_latest": False}),
 }
 
 

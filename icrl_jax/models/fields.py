@@ -50,7 +50,8 @@ NGRAM_CONSTRAINTS = validation.declare("ngram", (
     *(validation.no_effect(key, default, lambda positions: not positions,
                   "without n-gram layers (model.ngram_positions=())",
                   needs=("model.ngram_positions",))
-      for key, default in (("model.ngram_max", 1), ("model.ngram_shuffle", False))),
+      for key, default in (("model.ngram_max", 1), ("model.ngram_shuffle", False),
+                           ("model.ngram_latest", False), ("model.ngram_match", "transition"))),
     validation.relation(("model.ngram_positions", "model.num_layers"),
                "each of model.ngram_positions must be at most model.num_layers (a layer goes "
                "after that many blocks)",
