@@ -57,9 +57,23 @@ def constructor_kwargs(constructor) -> tuple:
 
 
 def register(name: str, constructor, needs: tuple[str, ...] = ()) -> None:
-    """Register an environment constructor under `name`, with what its kwargs take."""
+    """Register an environment constructor under `name`, with what its kwargs take (and, for a
+    host simulator, which `data.source` names its oracle)."""
     REGISTRY.register(name, constructor, needs=needs)
     validation.kwargs_of("env", name, constructor_kwargs(constructor))
+    env_class = getattr(constructor, "func", constructor)
+    if isinstance(env_class, type) and issubclass(env_class, HostEnv):
+        validation.declare(f"oracle:{name}", (_oracle_source(name, env_class.ORACLE_SOURCE),))
+
+
+def _oracle_source(name: str, source: str) -> validation.Constraint:
+    """A host simulator's data is always its own oracle's (`HostEnv.oracle`): `data.source` must
+    name it, so that its arguments are checked as that source's and no other source seems to run."""
+    return validation.Constraint(
+        ("data.source",), "", lambda value: value == source, "", when=(("env.name", name),),
+        message=lambda value: f"config data.source={value!r} has no effect with env.name="
+                              f"{name!r} (a host simulator's data is its own oracle's, "
+                              f"{source!r}); use --config.data.source={source}")
 
 
 for _name, _constructor in {

@@ -72,12 +72,10 @@ def _single(constraint) -> bool:
 
 def argument_rules(config) -> dict[str, list[str]]:
     """The rules of the constructor arguments that apply to `config`: its env's kwargs, and its
-    source's (a host simulator acts with its own oracle), by full key; set or not."""
+    source's (on a host simulator, its oracle's, declared as the source it names), by full key;
+    set or not."""
     rules: dict[str, list[str]] = {}
-    parts = [("env", config.env.name)]
-    if not _is_host(config):
-        parts.append(("source", config.data.source))
-    for part, name in parts:
+    for part, name in (("env", config.env.name), ("source", config.data.source)):
         group = dict(validation.CONSTRAINTS.items()).get(f"{part}:{name}", ())
         for constraint in group:
             if _single(constraint):
@@ -102,8 +100,7 @@ _HOST = {}
 def _is_host(config) -> bool:
     name = config.env.name
     if name not in _HOST:
-        constructor = envs.REGISTRY.get(name)
-        cls = constructor.func if hasattr(constructor, "func") else constructor
+        cls = _env_class(name)
         _HOST[name] = isinstance(cls, type) and issubclass(cls, envs.HostEnv)
     return _HOST[name]
 
@@ -172,6 +169,14 @@ def test_every_constructor_argument_is_declared():
         declared = validation.declared_kwargs("source", name)
         if declared is None:
             missing.append(f"source {name}: declares nothing (data.sources.register)")
+    for name in envs.REGISTRY.names():  # a host simulator's oracle: data.source_kwargs
+        env_class = _env_class(name)
+        if isinstance(env_class, type) and issubclass(env_class, envs.HostEnv):
+            takes = _parameters(env_class.oracle) - {"num_steps"}
+            declared = validation.declared_kwargs("source", env_class.ORACLE_SOURCE)
+            if set(declared or ()) != takes or {c.keys[0] for c in env_class.ORACLE_KWARGS} != takes:
+                missing.append(f"oracle of env {name}: takes {sorted(takes)}, declares {declared} "
+                               f"as source {env_class.ORACLE_SOURCE!r}")
     assert not missing, "\n".join(missing)
     function_of = {"thompson_sampling": sources.thompson_sampling, "linucb": sources.linucb,
                    "q_learning": sources.q_learning, "noisy_oracle": sources.noisy_oracle,
@@ -186,6 +191,26 @@ def test_every_constructor_argument_is_declared():
     ppo = {f.name for f in dataclasses.fields(PPOConfig)} | (
         _parameters(sources.ppo_source) - SUPPLIED_SOURCE_ARGS - {"config"})
     assert set(validation.declared_kwargs("source", "ppo")) == ppo
+
+
+def _env_class(name: str):
+    constructor = envs.REGISTRY.get(name)
+    return constructor.func if hasattr(constructor, "func") else constructor
+
+
+def test_a_host_simulator_refuses_a_source_other_than_its_oracle():
+    """A host simulator's data is its own oracle's: a config naming another source is refused in
+    one line naming the oracle's source, before anything is built."""
+    hosts = [c for _, _, c in CONFIGS if _is_host(c)]
+    assert hosts
+    for config in hosts:
+        oracle = _env_class(config.env.name).ORACLE_SOURCE
+        assert config.data.source == oracle
+        broken = copy.deepcopy(config)
+        core_config.set_dotted(broken, "data.source", "thompson_sampling")
+        with pytest.raises(UserError, match=f"data.source='thompson_sampling' has no effect "
+                                            f"with env.name='{config.env.name}'.*{oracle}"):
+            validation.validate(broken)
 
 
 def _parameters(constructor) -> set[str]:
@@ -246,7 +271,9 @@ def _relation_breakers(config, env) -> list[tuple[dict, str]]:
         most = arms if isinstance(arms, int) else arms[1]
         if most > 1:
             out.append(({"env.kwargs.max_arms": most - 1}, "env.kwargs.max_arms"))
-    if not env.host:
+    if env.host:  # its data is its own oracle's
+        out.append(({"data.source": "thompson_sampling", "data.source_kwargs": {}}, "data.source"))
+    else:
         source = "thompson_sampling" if env.kind != "bandit" else "grid_explorer"
         out.append(({"data.source": source, "data.source_kwargs": {}}, "data.source"))
         if validation.declared_kwargs("source", config.data.source) is not None:

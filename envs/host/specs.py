@@ -38,6 +38,11 @@ class HostEnv(EnvSpec, abc.ABC):
     action_shape: tuple[int, ...] = ()
     #: Simulator processes per pool (`env.kwargs.num_workers`; 0: one per task row rolled out).
     num_workers: int = 0
+    #: The `data.source` a config names for the oracle (data is always the oracle's: another
+    #: name would silently not run, so validation refuses it), and what the oracle's arguments
+    #: (`data.source_kwargs`, those of `oracle` after `num_steps`) take (core/validation.py).
+    ORACLE_SOURCE: str = ""
+    ORACLE_KWARGS: tuple = ()
 
     def action_mask(self, params: Any) -> jnp.ndarray:
         del params  # every action is available in every task
@@ -71,7 +76,8 @@ class HostEnv(EnvSpec, abc.ABC):
 
     @abc.abstractmethod
     def oracle(self, num_steps: int, **kwargs):
-        """The privileged source as a bridge `HostPolicy` (what the data distils)."""
+        """The privileged source as a bridge `HostPolicy` (what the data distils), for histories
+        of `num_steps` steps; `kwargs` are `data.source_kwargs`, as `ORACLE_KWARGS` declares."""
 
     def rollout_metrics(self, out: dict[str, np.ndarray], num_steps: int) -> dict[str, Any]:
         """Simulator-specific metrics of one policy's rollout (default: none)."""
@@ -89,6 +95,12 @@ class MiniworldRoom(HostEnv):
     #: What `env.kwargs` take (core/validation.py).
     KWARGS = (validation.choice("layout", ("darkroom", "key_to_door")),
               validation.positive_int("episode_length", 50), validation.non_negative_int("num_workers", 8))
+    #: The noisy oracle (`miniworld.NoisyOracle`): the arguments of the JAX envs' `noisy_oracle`
+    #: source, whose declaration checks them.
+    ORACLE_SOURCE = "noisy_oracle"
+    ORACLE_KWARGS = (validation.number("eps_start", 1.0, low=0, high=1),
+                     validation.number("eps_end", 0.0, low=0, high=1),
+                     validation.non_negative("decay_fraction", 0.9))
 
     def __init__(self, layout: str = "darkroom", episode_length: int = 50, num_workers: int = 0):
         if layout not in ("darkroom", "key_to_door"):
@@ -111,12 +123,10 @@ class MiniworldRoom(HostEnv):
         make = mw.darkroom_env_fns if self.layout == "darkroom" else mw.key_to_door_env_fns
         return make(tasks, self.episode_length)
 
-    def oracle(self, num_steps: int, **kwargs):
+    def oracle(self, num_steps: int, eps_start: float = 1.0, eps_end: float = 0.0,
+               decay_fraction: float = 0.9):
         from icrl_jax.envs.host import miniworld as mw
-        try:
-            return mw.NoisyOracle(num_steps, **kwargs)
-        except TypeError as e:
-            raise ValueError(f"bad data.source_kwargs for the Miniworld noisy oracle: {e}") from e
+        return mw.NoisyOracle(num_steps, eps_start, eps_end, decay_fraction)
 
 
 class ViZDoom(HostEnv):
@@ -128,6 +138,9 @@ class ViZDoom(HostEnv):
     #: What `env.kwargs` take (core/validation.py; the scenarios of envs/host/vizdoom.py).
     KWARGS = (validation.choice("scenario", ("deadly_corridor", "my_way_home")),
               validation.non_negative_int("num_workers", 8))
+    #: The privileged expert (`vizdoom.DoomExpert`) with one action-noise probability.
+    ORACLE_SOURCE = "doom_expert"
+    ORACLE_KWARGS = (validation.number("noise", 0.1, low=0, high=1),)
 
     def __init__(self, scenario: str = "my_way_home", num_workers: int = 0):
         require_extra("vizdoom", "the ViZDoom simulator")
@@ -158,9 +171,9 @@ class ViZDoom(HostEnv):
         from icrl_jax.envs.host import vizdoom as vd
         return vd.doom_env_fns(self.scenario, len(tasks))
 
-    def oracle(self, num_steps: int, noise: float = 0.0, **kwargs):
+    def oracle(self, num_steps: int, noise: float = 0.0):
         from icrl_jax.envs.host import vizdoom as vd
-        del num_steps, kwargs
+        del num_steps  # the expert acts the same at every step of a history
         return vd.DoomExpert(self.scenario, noise)
 
     def rollout_metrics(self, out: dict[str, np.ndarray], num_steps: int) -> dict[str, Any]:
@@ -182,3 +195,7 @@ class ViZDoom(HostEnv):
         if self.scenario == "deadly_corridor" and found:
             metrics["return_paper_units"] = float(returns.mean()) / 100.0
         return metrics
+
+
+#: The ViZDoom expert is a source of its own name (the JAX envs have none like it).
+DOOM_EXPERT_KWARGS = validation.kwargs_of("source", ViZDoom.ORACLE_SOURCE, ViZDoom.ORACLE_KWARGS)

@@ -12,6 +12,7 @@ import time
 import jax
 import numpy as np
 
+from icrl_jax.core import validation
 from icrl_jax.core.files import write_json
 from icrl_jax.data.builders import BUILDERS, Builder
 from icrl_jax.data.pixel_store import PixelStoreWriter
@@ -136,3 +137,28 @@ class ViZDoomExpert(Builder):
 
 
 BUILDERS.register("vizdoom_expert", ViZDoomExpert())
+
+
+def _is_noise(value) -> bool:
+    """One probability, or a (low, high) pair of them (spread over the recording envs)."""
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    return (len(values) in (1, 2) and all(validation.is_number(v) and 0 <= v <= 1 for v in values))
+
+
+_WHEN = (("data.builder", "vizdoom_expert"),)
+#: What the recording's data settings take (core/validation.py): the expert's action noise is
+#: `data.noise`, so `data.source_kwargs` (the oracle's arguments on the histories builder) are
+#: named as having no effect here.
+RECORDING_CONSTRAINTS = validation.declare("vizdoom_expert", (
+    validation.Constraint(("data.noise",), "must be a probability or a pair (low, high) of them",
+                          _is_noise, "'(0.05, 0.3)'", when=_WHEN),
+    validation.Constraint(("data.num_envs",), "must be a positive integer", lambda v: (
+        validation.is_int(v) and v >= 1), 16, when=_WHEN),
+    validation.Constraint(("data.steps_per_call",), "must be a positive integer", lambda v: (
+        validation.is_int(v) and v >= 1), 1000, when=_WHEN),
+    validation.Constraint(("data.source_kwargs",), "", lambda kwargs: not len(kwargs), "",
+                          when=_WHEN, message=lambda kwargs: (
+                              f"config data.source_kwargs={kwargs.to_dict()!r} has no effect with "
+                              f"data.builder='vizdoom_expert' (the expert's action noise is "
+                              f"data.noise); leave it empty")),
+))
