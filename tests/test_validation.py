@@ -146,6 +146,14 @@ def invalid_values(rule: str):
         choices = match.group(1).split(", ")
         return st.one_of(st.text(max_size=6).filter(lambda s: s not in choices).map(
             lambda s: (s,)), st.just((choices[0], choices[0])), st.none())
+    match = re.fullmatch(r"must be 0 \(.+\) or an integer >= (\d+)", rule)
+    if match:  # a size whose 0 means "the default"
+        return st.one_of(st.integers(1, int(match.group(1)) - 1), st.integers(max_value=-1),
+                         NOT_INT)
+    if rule in ("must map source names to their kwargs", "must be a mapping of AD's model fields"):
+        # A section field (a ConfigDict) takes any mapping as a new section, and refuses other
+        # types while it is set; None is what a config file can set that the rule refuses.
+        return st.none()
     raise AssertionError(f"the test draws no invalid value for the rule {rule!r}")
 
 
@@ -163,8 +171,8 @@ def _override(config, key, value):
 
 
 def _parse_value(text: str):
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and text[1:2] in "('\"":
-        text = text[1:-1]  # shell quotes around a tuple
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and text[1:2] in "('\"{":
+        text = text[1:-1]  # shell quotes around a tuple or a mapping
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):

@@ -14,6 +14,8 @@ file.
 from icrl_jax.experiments.dpt.common import authors_config
 from icrl_jax.experiments.xland import ad as xland_ad
 
+#: The presets: the AD file's, each applied there (its data, env and sizes) and copied here.
+PRESETS = tuple(xland_ad.PRESETS)
 #: The AD model fields the AD counterpart keeps from the AD experiment.
 AD_MODEL = ("observation_encoder", "encoder_dim", "encoder_channels", "position",
             "attention_window", "embedding_dropout")

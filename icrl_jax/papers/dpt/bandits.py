@@ -22,9 +22,10 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax import envs
+from icrl_jax.core import validation
 from icrl_jax.data import sources
 from icrl_jax.data.sources.uniform import first_argmax
-from icrl_jax.envs.bandits import BanditState, BernoulliBandit
+from icrl_jax.envs.bandits import ARM_KWARGS, BanditState, BernoulliBandit
 
 
 class GaussianBandit(BernoulliBandit):
@@ -36,6 +37,9 @@ class GaussianBandit(BernoulliBandit):
       noise: the rewards' standard deviation (the paper: 0.3).
       max_arms, seed: as `BernoulliBandit`'s.
     """
+
+    #: What `env.kwargs` take (core/validation.py): not the Bernoulli arms' distribution.
+    KWARGS = ARM_KWARGS + (validation.non_negative("noise", 0.3),)
 
     def __init__(self, arms: int | tuple[int, int] = 5, noise: float = 0.3,
                  max_arms: int | None = None, seed: int = 0):
@@ -65,7 +69,7 @@ class GaussianBandit(BernoulliBandit):
                 self._reward(key, action, params), done, not_truncated, info)
 
 
-envs.REGISTRY.register("gaussian_bandit", GaussianBandit)
+envs.register("gaussian_bandit", GaussianBandit)
 
 
 def dirichlet_mixture() -> sources.Source:
@@ -173,11 +177,23 @@ def _noise_of(env, kwargs: dict) -> dict:
     return kwargs
 
 
-for _name, _builder in {
-    "dirichlet_mixture": lambda env, num_steps, kw: dirichlet_mixture(**kw),
-    "empirical_mean": lambda env, num_steps, kw: empirical_mean(**kw),
-    "ucb": lambda env, num_steps, kw: ucb(**kw),
-    "lcb": lambda env, num_steps, kw: lcb(**kw),
-    "gaussian_thompson": lambda env, num_steps, kw: gaussian_thompson(**_noise_of(env, kw)),
+#: What each source needs of the env: arms (an action mask) and one pull a step.
+_NEEDS_ARMS = validation.env_requirement(
+    "needs a bandit (every step one pull of an arm)",
+    lambda env: env.kind == "bandit" and not env.continuous_actions)
+_UNTRIED_FIRST = validation.boolean("untried_first")
+
+#: name -> (builder, what its `data.source_kwargs` take).
+for _name, (_builder, _kwargs) in {
+    "dirichlet_mixture": (lambda env, num_steps, kw: dirichlet_mixture(**kw), ()),
+    "empirical_mean": (lambda env, num_steps, kw: empirical_mean(**kw), (_UNTRIED_FIRST,)),
+    "ucb": (lambda env, num_steps, kw: ucb(**kw),
+            (validation.non_negative("bonus", 1.0), _UNTRIED_FIRST)),
+    "lcb": (lambda env, num_steps, kw: lcb(**kw),
+            (validation.non_negative("bonus", 0.8), _UNTRIED_FIRST)),
+    "gaussian_thompson": (
+        lambda env, num_steps, kw: gaussian_thompson(**_noise_of(env, kw)),
+        (validation.non_negative("noise", 0.3), validation.number("prior_mean", 0.5),
+         validation.positive("prior_var", 0.08), validation.positive_int("draws", 1))),
 }.items():
-    sources.SOURCES.register(_name, _builder)
+    sources.register(_name, _builder, _kwargs + (_NEEDS_ARMS,))

@@ -41,7 +41,8 @@ def dpt_config() -> ml_collections.ConfigDict:
 
 def _named_kwargs(value) -> bool:
     """A mapping of source names to mappings of their keyword arguments."""
-    return all(isinstance(k, str) and hasattr(v, "keys") for k, v in value.items())
+    return hasattr(value, "items") and all(isinstance(k, str) and hasattr(v, "keys")
+                                           for k, v in value.items())
 
 
 #: What the DPT fields take (core/validation.py); source names are checked where they are built.
@@ -49,9 +50,9 @@ DPT_CONSTRAINTS = validation.declare("dpt", (
     validation.boolean("model.shuffle_context"), validation.boolean("dpt.offline"),
     validation.non_negative_int("dpt.offline_steps", 0), validation.string("dpt.offline_source", "dirichlet_mixture"),
     validation.Constraint(("dpt.comparisons",), "must map source names to their kwargs",
-                 _named_kwargs, "\"{'ucb': {}}\" (in the config file)"),
+                 _named_kwargs, "\"{'ucb': {}}\""),
     validation.Constraint(("dpt.offline_comparisons",), "must map source names to their kwargs",
-                 _named_kwargs, "\"{'lcb': {}}\" (in the config file)"),
+                 _named_kwargs, "\"{'lcb': {}}\""),
     validation.boolean("dpt.compare_ad"),
     validation.Constraint(("dpt.ad_model",), "must be a mapping of AD's model fields",
                           lambda value: hasattr(value, "keys"), "\"{'position': 'rotary'}\""),
