@@ -1,13 +1,19 @@
 """Activation rematerialisation (`model.remat`): the same parameters, values and gradients as
 without it, with dropout and every position kind; the AD config carries the field."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from icrl_jax.methods.fields import ad_model_config
+from icrl_jax.models.fields import REMAT_CPU_XLA_FLAG
 from icrl_jax.models.transformer import Transformer
+from xla_flags import xla_flags
 
 
 def _grads(model, params, x, rng, deterministic):
@@ -42,3 +48,27 @@ def test_remat_is_a_model_field():
     config.remat = True
     assert Transformer.from_config(config).remat
     assert "remat" not in Transformer.changed_settings(config)  # computes the same function
+
+
+_TEMP_BYTES = """
+import jax, jax.numpy as jnp
+from icrl_jax.models.transformer import Transformer
+for remat in (False, True):
+    model = Transformer(num_layers=4, num_heads=4, position="alibi", max_len=512,
+                        attention_impl="dense", remat=remat)
+    x = jnp.zeros((2, 512, 64))
+    params = model.init(jax.random.key(0), x)
+    grad = jax.jit(jax.grad(lambda p, x: jnp.sum(model.apply(p, x) ** 2)))
+    print(grad.lower(params, x).compile().memory_analysis().temp_size_in_bytes)
+"""
+
+
+def test_remat_holds_less_memory_under_the_cpu_flag():
+    """Under REMAT_CPU_XLA_FLAG the compiled gradient with remat needs well under the temporary
+    memory of the one without (the attention weights of every layer are not kept)."""
+    env = dict(os.environ, XLA_FLAGS=" ".join([xla_flags(os.environ), REMAT_CPU_XLA_FLAG]))
+    out = subprocess.run([sys.executable, "-c", _TEMP_BYTES], capture_output=True, text=True,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    plain, remat = (int(line) for line in out.stdout.split())
+    assert remat < 0.7 * plain

@@ -32,10 +32,17 @@ def memory_model_fields() -> dict:
     """Fields of `config.model` that trade compute for training memory."""
     return dict(
         # Recompute each transformer block's activations in the backward pass rather than keep
-        # them (`Transformer.remat`): long contexts train in less memory, same gradients.
+        # them (`Transformer.remat`): long contexts train in less memory, same gradients (on a
+        # CPU with REMAT_CPU_XLA_FLAG in XLA_FLAGS).
         remat=False,
     )
 
+
+#: On a CPU, `model.remat` saves memory only under this XLA flag, in `XLA_FLAGS` before JAX
+#: starts: XLA's default CPU scheduler favours concurrency and runs each block's recomputation
+#: as soon as its input exists, in the forward pass, keeping what remat meant to drop; the
+#: memory-minimising scheduler leaves it for the backward pass (tests/test_remat.py).
+REMAT_CPU_XLA_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 #: What the memory fields take (core/validation.py).
 MEMORY_CONSTRAINTS = validation.declare("memory", (validation.boolean("model.remat"),))

@@ -218,7 +218,7 @@ class Transformer(nn.Module):
     #: Activation rematerialisation: each block keeps only its input for the backward pass and
     #: recomputes the rest there (`nn.remat`), so that training memory holds one block's
     #: activations plus every block's input; the same values and gradients, about a third more
-    #: compute.
+    #: compute. On a CPU only under `models.fields.REMAT_CPU_XLA_FLAG`.
     remat: bool = False
 
     @classmethod
