@@ -191,12 +191,21 @@ def has_torch(python: str) -> bool:
 
 def table(rows: list, args) -> str:
     from benchmarks.harness import cpu_model  # the parent only: children run in $REF_PYTHON too
+    theirs_runs = [r for _, _, layout, r in rows if layout == "theirs" and "torch" in r]
+    torch_line = (f" Their rows: torch {theirs_runs[0]['torch']}, {theirs_runs[0]['threads']} "
+                  f"threads, flash-attn / xformers / fused kernels swapped for SDPA and plain "
+                  f"ops." if theirs_runs else "")
+    skip = f" --skip {' '.join(args.skip)}" if args.skip else ""
+    layouts = f" --layouts {' '.join(args.layouts)}" if list(args.layouts) != list(LAYOUTS) else ""
+    # The checkout and python are named by their variables: paths are this machine's.
     lines = [f"Headless-AD training step at the paper's bandit scale (4 layers, d 512, 64 heads, "
              f"300 steps, 20 arms, embeddings 128); {args.warmup} warm-up + {args.steps} timed "
-             f"steps per row. Hardware: {cpu_model()}, {os.cpu_count()} cores (shared). Command: `python "
-             f"benchmarks/bench_reference_speed.py --checkout {args.checkout} --batches "
-             f"{' '.join(map(str, args.batches))} --dropouts "
-             f"{' '.join(map(str, args.dropouts))} --steps {args.steps}`.", "",
+             f"steps per row, each row a child process of its own (peak RSS its own). Hardware: "
+             f"{cpu_model()}, {os.cpu_count()} cores (shared).{torch_line} Command: `python -m "
+             f"benchmarks reference_speed --checkout $HEADLESS_AD --ref-python $REF_PYTHON "
+             f"--batches {' '.join(map(str, args.batches))} --dropouts "
+             f"{' '.join(map(str, args.dropouts))}{layouts} --steps {args.steps} --warmup "
+             f"{args.warmup} --mem-limit-gb {args.mem_limit_gb:g}{skip}`.", "",
              "| batch | attention dropout | implementation | s/step | steps/s | peak RSS (GB) "
              "| speed-up vs theirs | load (1 min) |",
              "|---|---|---|---|---|---|---|---|"]
