@@ -68,7 +68,7 @@ def run_point(context: int, implementation: str, argv: list[str]) -> dict:
 def row(result: dict) -> list:
     if "failed" in result:
         return [result["context"], result["implementation"], "", "", "", "", result["failed"]]
-    return [f"{result['context']:,}", result["implementation"], f"{result['steps_per_s']:.3f}",
+    return [f"{result['context']:,}", result["implementation"], f"{result['steps_per_s']:.3g}",
             f"{result['tokens_per_s']:,.0f}", f"{100 * result['mfu']:.0f}%",
             f"{result['peak_rss_mib'] / 1024:.2f}", f"compile + first call {result['compile_s']:.0f} s"]
 
