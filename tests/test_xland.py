@@ -226,6 +226,34 @@ def test_reads_a_file_written_to_xland_100bs_documented_layout():
     np.testing.assert_array_equal(part[0].observations, expected["observations_0"][:2, :25])
 
 
+def test_the_fixture_is_their_layout_read_with_h5py_alone():
+    """The file itself, without our reader: each group's five datasets in the README's dtypes
+    and shapes, `states` the observations compressed to `tile * 12 + colour`, the `.attrs`
+    strings and an integer; our reader returns every field as stored."""
+    path = os.path.join(FIXTURE, "xland_layout.hdf5")
+    expected = np.load(os.path.join(FIXTURE, "expected.npz"))
+    tasks = H.read_xland_hdf5(path)
+    layout = {"states": (np.uint8, (3, 40, 5, 5)), "actions": (np.uint8, (3, 40)),
+              "rewards": (np.float16, (3, 40)), "dones": (np.bool_, (3, 40)),
+              "expert_actions": (np.uint8, (3, 40))}
+    with h5py.File(path, "r") as f:
+        assert sorted(f) == ["0", "1"]
+        for i, task in enumerate(tasks):
+            group = f[str(i)]
+            assert sorted(group) == sorted(layout)
+            for name, (dtype, shape) in layout.items():
+                assert (group[name].dtype, group[name].shape) == (np.dtype(dtype), shape), name
+            obs = expected[f"observations_{i}"].astype(np.int64)
+            np.testing.assert_array_equal(group["states"][:], obs[..., 0] * 12 + obs[..., 1])
+            attrs = dict(group.attrs)
+            assert sorted(attrs) == ["benchmark-id", "env-id", "ruleset-id"]
+            assert isinstance(attrs["env-id"], str) and isinstance(attrs["benchmark-id"], str)
+            assert np.issubdtype(type(attrs["ruleset-id"]), np.integer)
+            for name in ("actions", "rewards", "dones", "expert_actions"):
+                np.testing.assert_array_equal(getattr(task, name), group[name][:])
+                assert getattr(task, name).dtype == group[name].dtype
+
+
 def test_observation_compression_is_xminigrids_and_inverts():
     from xminigrid.core.constants import NUM_COLORS, NUM_TILES
     assert H.NUM_COLORS == NUM_COLORS
@@ -344,3 +372,46 @@ def test_ppo_learns_a_trivial_ruleset_and_relabels_with_its_final_policy():
     _, greedy = jax.jit(act)(agent, jnp.zeros((4, config.rnn_hidden)), jnp.swapaxes(out.observations[1], 0, 1),
                              jnp.swapaxes(prev, 0, 1))
     np.testing.assert_array_equal(np.asarray(greedy).T, out.expert_actions[1])
+
+
+def test_xland_ppo_builder_writes_their_layout_and_trains_from_it_as_read(tmp_path):
+    """`data.builder='xland_ppo'` writes the training rulesets' histories and the held-out
+    ones' in XLand-100B's layout (`.attrs`: the env, the benchmark, the split's ruleset ids);
+    the dataset AD trains on is the file as `xland_hdf5` reads it, with no other step."""
+    from icrl_jax.core.config import set_dotted
+    from icrl_jax.data import builders
+    from icrl_jax.experiments.xland import ad as xland_ad
+    from icrl_jax.pipeline import run as RUN
+    config = xland_ad.get_config("quick")
+    for dotted, value in {"data.num_train_tasks": 2, "data.num_test_tasks": 1,
+                          "data.histories_per_task": 2, "data.num_steps": 24,
+                          "data.source_kwargs.num_envs": 4, "data.source_kwargs.rollout_steps": 8,
+                          "data.source_kwargs.rnn_hidden": 8, "data.source_kwargs.head_hidden": 8,
+                          "data.source_kwargs.obs_features": 8, "data.source_kwargs.updates_per_call": 1,
+                          "env.kwargs.num_rulesets": 20, "eval.num_steps": 16,
+                          "eval.num_envs_per_task": 3, "run.progress": False}.items():
+        set_dotted(config, dotted, value)
+    config.workdir = str(tmp_path / "run")
+    config = RUN.resolve_config(config)
+    env = RUN.build_env(config)
+    train_ids, test_ids = builders.task_split(env, config)
+    history = RUN.dataset_of(config, env)
+    path = os.path.join(config.workdir, "histories.hdf5")
+    heldout = os.path.join(config.workdir, "histories.heldout.hdf5")
+    for file, ids, shape in ((path, train_ids, (2, 24)), (heldout, test_ids, (3, 16))):
+        with h5py.File(file, "r") as f:
+            assert sorted(f) == [str(i) for i in range(len(ids))]
+            for i, ruleset in enumerate(ids):
+                group = f[str(i)]
+                assert dict(group.attrs) == {"env-id": env.name, "benchmark-id": env.benchmark_id,
+                                             "ruleset-id": int(ruleset)}
+                assert {k: (group[k].dtype, group[k].shape) for k in group} == {
+                    k: (np.dtype(d), shape + ((5, 5) if k == "states" else ()))
+                    for k, d in H.FIELDS.items()}
+                assert group["states"][:].max() < 13 * 12  # a tile id x 12 + a colour id
+    as_read = H.to_history(H.read_xland_hdf5(path), env.num_actions)
+    for field in ("observations", "actions", "rewards", "dones", "task_ids"):
+        np.testing.assert_array_equal(getattr(history, field), getattr(as_read, field))
+    assert history.task_ids.tolist() == np.repeat(train_ids, 2).tolist()
+    source = builders.builder_of(config).recorded_rollouts(config, env)["source"]
+    assert source["rewards"].shape == (3, 16)

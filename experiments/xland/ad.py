@@ -12,12 +12,16 @@ a random policy.
 Presets:
 * `quick` (minutes on a 2-core CPU): a 6 x 6 room (the R1 layout at a size xminigrid builds but
   does not register) with 60-step episodes, so a small PPO agent learns within a history:
-  12 training rulesets x 8 histories of 3,072 steps, 4 held-out rulesets x 8 rollouts;
-  a 2-layer, 64-wide AD over 256-step windows.
+  8 training rulesets x 8 histories of 2,048 steps, 4 held-out rulesets x 8 rollouts of
+  2,048 steps; a 2-layer, 64-wide AD over 256-step windows.
 * `trivial_20b`: train on XLand-Trivial-20B, downloaded (`curl -L -o xland-trivial-20b.hdf5
   https://tinyurl.com/trivial-10k`): its first 1,000 rulesets x 4 histories, read into memory
   (about 12 GB); held-out rulesets come from its benchmark, trivial-1m, a file the user has
   (`--config.env.kwargs.benchmark=<path>`).
+
+`icrl-jax report --config experiments/xland/ad.py:quick` trains 3 seeds on one set of histories
+and writes AD's return per in-context episode, mean ± s.e.m. over seeds, beside the PPO source
+and random (`report.kind="seeds"`: `<workdir>/report/seeds.md` and `seeds_curves.png`).
 """
 
 from icrl_jax.core.config import apply_preset, cpu_preset
@@ -53,6 +57,7 @@ def xland_config():
     config.eval.num_envs_per_task = 8
     config.eval.greedy = True  # their evaluation takes the mode
     config.eval.baselines = ("source", "random")
+    config.report.num_seeds = 3
     return config
 
 
