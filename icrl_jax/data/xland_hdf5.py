@@ -347,10 +347,12 @@ class XLandPPO(XLandHDF5):
             steps_per_second=out.env_steps / seconds, ppo=dataclasses.asdict(ppo_config),
             rulesets=len(ruleset_ids), return_by_episode=np.round(by_episode, 4).tolist(),
             return_per_update=np.round(out.learning_curve, 4).tolist()), indent=1)
-        first, last = (float(np.mean(by_episode[s])) for s in (slice(0, 5), slice(-5, None)))
+        returns = (f"return {np.mean(by_episode[:5]):.3f} (first 5 episodes) -> "
+                   f"{np.mean(by_episode[-5:]):.3f} (last 5 of {len(by_episode)})" if len(by_episode)
+                   else "no episode ended within the recorded steps")
         print(f"xland_ppo: {len(ruleset_ids)} agents x {ppo_config.num_envs} envs, {out.env_steps:,} env "
-              f"steps in {seconds:.0f}s ({out.env_steps / seconds:,.0f}/s); recorded histories' return "
-              f"{first:.3f} (first 5 episodes) -> {last:.3f} (last 5 of {len(by_episode)}) -> {path}")
+              f"steps in {seconds:.0f}s ({out.env_steps / seconds:,.0f}/s); recorded histories' "
+              f"{returns} -> {path}")
 
     def recorded_rollouts(self, config, env) -> dict[str, dict[str, Any]]:
         """The source's learning histories on the evaluation tasks, as a rollout of `eval.num_steps`

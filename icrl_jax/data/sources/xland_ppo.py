@@ -29,6 +29,7 @@ import dataclasses
 import math
 import sys
 import time
+import warnings
 from typing import Any
 
 import flax.linen as nn
@@ -324,7 +325,8 @@ def train_on_rulesets(env, params, config: XLandPPOConfig, num_steps: int, num_r
         hidden, labels = relabel(runner.params, views, prevs, hidden)
         expert.append(np.asarray(labels)[:, :, : window - pad])
     returns = np.asarray(recorded["mean_return"], np.float64)
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():  # an update in which no agent ended an episode is NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
         curve = np.nanmean(returns, axis=0)
     return XLandPPOHistories(
         observations=recorded["obs"], actions=recorded["action"].astype(np.uint8),
