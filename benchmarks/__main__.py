@@ -74,7 +74,8 @@ SUITES = {
     "feed_forward": ("benchmarks.bench_feed_forward", "feed-forward token-major vs feature-major", "about a minute"),
     "xland": ("benchmarks.bench_xland", "XLand-MiniGrid steps/s: xminigrid's env.step beside our registered env "
               "(8,192 envs x 1,000 steps, random actions, auto-reset), and recurrent PPO history generation",
-              "minutes on a CPU (--tiny: seconds); needs the xland extra"),
+              "an hour or more at full size on a 2-core CPU (--steps 100: minutes; --tiny: seconds); "
+              "needs the xland extra"),
     "sampling": ("benchmarks.bench_sampling", "sampling windows from histories split over devices",
                  "about a minute"),
 }
