@@ -16,7 +16,7 @@ from icrl_jax.core.validation import ConfigValueError, validate
 from icrl_jax.data.history_generation import generate_histories
 from icrl_jax.data.history import History
 from icrl_jax.data.sources import ParamSource, Transition, build_source, noisy_oracle
-from icrl_jax.papers.dpt import bandits, data, method as dpt_method, reference
+from icrl_jax.papers.dpt import bandits, data, method as dpt_method, reference, report
 from icrl_jax.papers.dpt.fields import dpt_config
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "dpt", "dpt_tiny.npz")
@@ -303,3 +303,20 @@ def test_xland_histories_are_labelled_with_their_expert_actions_and_views_one_ho
     assert features.dim == 5 * 5 * 25 and (coded.sum(-1) == 2).all()
     np.testing.assert_array_equal(coded[..., :13].argmax(-1), view[..., 0])
     np.testing.assert_array_equal(coded[..., 13:].argmax(-1), view[..., 1])
+
+
+def test_the_episodic_table_shows_the_episodes_every_policy_has():
+    """Policies end different numbers of episodes in the same steps (XLand's episodes end at
+    the goal): the columns stop at the fewest, and each cell is mean ± s.e.m. over seeds."""
+    def seed(model_episodes, source_episodes, offset):
+        arrays = {"model_returns": np.full((2, model_episodes), 0.5 + offset),
+                  "source_returns": np.full((2, source_episodes), 0.25)}
+        arrays["model_returns"][1, -1] = np.nan  # a rollout that ended fewer episodes
+        return {"curves": {"model": [], "source": []}}, arrays
+
+    rows = report.return_rows([seed(12, 7, 0.0), seed(11, 8, 0.1)])
+    assert len(rows["model"]["returns"]) == 11 and len(rows["source"]["returns"]) == 7
+    table = report.return_table(rows)
+    assert "| policy | episode 1 | episode 2 | episode 3 | episode 5 | episode 7 |" in table
+    assert "| model: return | 0.55 ± 0.05 |" in table
+    assert "| source: reached the goal | 1.00 ± 0.00 |" in table

@@ -116,7 +116,9 @@ def regret_table(rows: dict[str, dict], steps: int) -> str:
 
 
 def return_table(rows: dict[str, dict]) -> str:
-    episodes = len(next(iter(rows.values()))["returns"])
+    # Policies run different numbers of episodes in the same steps (XLand's end at the goal):
+    # the columns are those every policy has.
+    episodes = min(len(row["returns"]) for row in rows.values())
     shown = [e for e in EPISODES_SHOWN if e < episodes] + [episodes]
     head = " | ".join(f"episode {e}" for e in shown)
     lines = [f"| policy | {head} |", "|---" * (len(shown) + 1) + "|"]
