@@ -62,6 +62,17 @@ def test_train_writes_the_whole_work_directory(tmp_path):
     assert f"| darkroom: AD | 0 | **{results['model_first_episode_return']:.3f} ± 0.000**" in table
 
 
+def test_report_trains_the_seeds_and_writes_their_table(tmp_path):
+    workdir = tmp_path / "report"
+    out = run_cli("report", "--config", "experiments/ad/darkroom.py:quick",
+                  f"--config.workdir={workdir}", *TINY, "--config.report.num_seeds=2", check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for seed in (0, 1):  # each seed a run of its own, as `train` writes one
+        assert json.loads((workdir / f"seed_{seed}" / "config.json").read_text())["seed"] == seed
+        assert json.loads((workdir / f"seed_{seed}" / "eval.json").read_text())["step"] == 20
+    assert "| darkroom: AD | 0, 1 |" in (workdir / "report" / "seeds.md").read_text()
+
+
 def test_config_files_load_from_any_directory(tmp_path):
     # Configs import shared builders from the `experiments` package; that must not depend on cwd.
     out = run_cli("generate", "--config", os.path.join(ROOT, "experiments/ad/darkroom.py:quick"),

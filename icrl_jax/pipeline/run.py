@@ -415,6 +415,9 @@ def train_seeds(config, evaluate_seed=None, evaluated=None) -> list[str]:
     for seed in range(int(config.report.num_seeds)):
         seeded = seed_config(config, seed)
         os.makedirs(seeded.workdir, exist_ok=True)
+        # Each seed's directory is a finished run of its own: `report --runs` reads its config.
+        write_text(os.path.join(seeded.workdir, "config.json"),
+                   seeded.to_json_best_effort(indent=1, sort_keys=True))
         done = (evaluated or evaluated_at)(seeded.workdir, int(config.train.num_steps))
         if not done:
             train(seeded)  # resumes; a no-op when the checkpoint is already at num_steps
