@@ -10,6 +10,7 @@ import copy
 import os
 import re
 
+import ml_collections
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -334,3 +335,12 @@ def test_cli_evaluate_without_a_checkpoint_is_one_line(tmp_path):
                   f"--config.workdir={tmp_path}")
     assert_user_error(out, f"no checkpoint to evaluate in {tmp_path}/checkpoints", "train first")
     assert not (tmp_path / "histories.npz").exists()  # found before any data is made
+
+
+def test_a_config_section_in_a_message_is_one_line():
+    section = ml_collections.ConfigDict({"ucb": {"bonus": 1.0}, "lcb": {}})
+    assert validation.show_value(section) == "{'lcb': {}, 'ucb': {'bonus': 1.0}}"
+    config = ml_collections.ConfigDict({"dpt": {"comparisons": section}})
+    with pytest.raises(UserError) as error:
+        core_config.set_dotted(config, "dpt.comparisons", 3)
+    assert "\n" not in str(error.value) and "{'lcb': {}" in str(error.value)

@@ -395,8 +395,9 @@ def set_dotted(config: ml_collections.ConfigDict, dotted: str, value: Any) -> No
         node[leaf] = value
     except TypeError:  # ml_collections refuses a value of another type than the field's
         raise validation.ConfigValueError(
-            f"config {dotted}={value!r} must be a {type(node[leaf]).__name__} like its default; "
-            f"e.g. --config.{dotted}={node[leaf]!r}") from None
+            f"config {dotted}={validation.show_value(value)} must be a "
+            f"{type(node[leaf]).__name__} like its default; "
+            f"e.g. --config.{dotted}={validation.show_value(node[leaf])}") from None
 
 
 def check_workdir(config: ml_collections.ConfigDict) -> None:

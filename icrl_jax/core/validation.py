@@ -100,9 +100,9 @@ class Constraint:
         rule = self.rule(*args) if callable(self.rule) else self.rule
         if len(self.keys) == 1 and not self.needs:
             example = self.example(*values) if callable(self.example) else self.example
-            return (f"config {self.keys[0]}={_show(values[0])} {rule}; e.g. "
+            return (f"config {self.keys[0]}={show_value(values[0])} {rule}; e.g. "
                     f"--config.{self.keys[0]}={example}")
-        shown = ", ".join(f"{k}={_show(v)}" for k, v in zip(self.keys, values))
+        shown = ", ".join(f"{k}={show_value(v)}" for k, v in zip(self.keys, values))
         example = self.example(*args) if callable(self.example) else \
             f"{self.keys[0]}={self.example}"
         return f"config {shown}: {rule}; e.g. --config.{example}"
@@ -121,8 +121,11 @@ def _value(config, dotted: str) -> Any:
     return node
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
+def show_value(value: Any) -> str:
+    """`value` for a one-line message: a config section as its dict, at most 80 characters."""
+    if hasattr(value, "to_dict"):  # a ConfigDict's repr spans lines
+        value = value.to_dict()
+    text = " ".join(repr(value).split())
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -370,10 +373,10 @@ def no_effect(key: str, default: Any, when: tuple[tuple[str, Any], ...] | Callab
     if callable(when):
         return Constraint((key, *needs), "", lambda value, *others: value == default or
                           not when(*others), "", message=lambda value, *others:
-                          f"config {key}={_show(value)} has no effect {reason}; leave it at "
+                          f"config {key}={show_value(value)} has no effect {reason}; leave it at "
                           f"{default!r}")
     return Constraint((key,), "", lambda value: value == default, "", when=tuple(when),
-                      message=lambda value: f"config {key}={_show(value)} has no effect {reason}; "
+                      message=lambda value: f"config {key}={show_value(value)} has no effect {reason}; "
                       f"leave it at {default!r}")
 
 
