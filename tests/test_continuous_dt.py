@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("minari")
 
-import envs  # noqa: E402
+from icrl_jax import envs  # noqa: E402
 from icrl_jax.envs.base import InvalidActionError  # noqa: E402
 from icrl_jax.core import metrics  # noqa: E402
 from icrl_jax.core.config import base_config  # noqa: E402

@@ -139,7 +139,8 @@ def register(name: str, builder: Callable, kwargs: tuple = ()) -> None:
 
 def build_source(name: str, env, num_steps: int, kwargs: dict[str, Any]):
     """The source `name` for `env` and histories of `num_steps` steps. On a host simulator the
-    source is the env's own privileged oracle (a bridge `HostPolicy`), whatever the name."""
+    source is the env's own privileged oracle (a bridge `HostPolicy`); validation has checked
+    that `name` is the one the env's spec gives its oracle (`ORACLE_SOURCE`)."""
     if env.host:
         return env.oracle(num_steps, **dict(kwargs))
     builder = SOURCES.get(name)
