@@ -621,11 +621,18 @@ def main(argv: list[str] | None = None) -> None:
         names = [r.name for r in rows if r.name.split("/")[0] == group]
         if names:
             run_group(suite, names, deadline)
+    publish(suite, args, TABLE_NAME, HEADING)
+
+
+def publish(suite, args, table_name: str, heading: str) -> None:
+    """Write the suite's files, print its table, and with `--write` put it in RESULTS.md under
+    `heading`."""
     suite.write()
-    text = open(os.path.join(args.out, TABLE_NAME)).read()
+    with open(os.path.join(args.out, table_name)) as f:
+        text = f.read()
     print(text, flush=True)
     if args.write:
-        harness.write_section(HEADING, text)
+        harness.write_section(heading, text)
 
 
 if __name__ == "__main__":

@@ -417,11 +417,7 @@ def main(argv: list[str] | None = None) -> None:
             thread.start()
         for thread in threads:
             thread.join()
-    suite.write()
-    text = open(os.path.join(args.out, TABLE_NAME)).read()
-    print(text, flush=True)
-    if args.write:
-        harness.write_section(HEADING, text)
+    accelerator.publish(suite, args, TABLE_NAME, HEADING)
 
 
 if __name__ == "__main__":
