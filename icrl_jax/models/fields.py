@@ -7,6 +7,9 @@ Pure ml_collections (no model code), so that experiment files, which import thes
 
 from __future__ import annotations
 
+import os
+from typing import MutableMapping
+
 from icrl_jax.core import validation
 
 
@@ -43,6 +46,18 @@ def memory_model_fields() -> dict:
 #: as soon as its input exists, in the forward pass, keeping what remat meant to drop; the
 #: memory-minimising scheduler leaves it for the backward pass (tests/test_remat.py).
 REMAT_CPU_XLA_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+
+def use_remat_scheduler(config, environ: MutableMapping[str, str] = os.environ) -> bool:
+    """Add `REMAT_CPU_XLA_FLAG` to `XLA_FLAGS` when `config` trains with `model.remat` (models
+    without the field have nothing to recompute); call it before JAX starts. A scheduler chosen
+    in `XLA_FLAGS` already is left alone. Returns whether the config asks for remat."""
+    if not ("model" in config and "remat" in config.model and config.model.remat):
+        return False
+    flags = environ.get("XLA_FLAGS", "")
+    if REMAT_CPU_XLA_FLAG.split("=")[0] not in flags:
+        environ["XLA_FLAGS"] = f"{flags} {REMAT_CPU_XLA_FLAG}".strip()
+    return True
 
 #: What the memory fields take (core/validation.py).
 MEMORY_CONSTRAINTS = validation.declare("memory", (validation.boolean("model.remat"),))
