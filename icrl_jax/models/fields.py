@@ -36,7 +36,7 @@ def memory_model_fields() -> dict:
     return dict(
         # Recompute each transformer block's activations in the backward pass rather than keep
         # them (`Transformer.remat`): long contexts train in less memory, same gradients (on a
-        # CPU with REMAT_CPU_XLA_FLAG in XLA_FLAGS).
+        # CPU with REMAT_CPU_XLA_FLAG in XLA_FLAGS, which the CLI sets: use_remat_scheduler).
         remat=False,
     )
 
