@@ -33,8 +33,9 @@ needs_browser = pytest.mark.skipif(CHROMIUM is None or importlib.util.find_spec(
 SNIPPET = "docs/snippets/from_python.py"
 
 WIDTH = 1280
-#: Pages measured and photographed: the home page and a paper page with the widest tables.
-PAGES = {"home": "", "headless-ad": "papers/headless-ad/"}
+#: Pages measured and photographed: the home page, the paper page with the widest tables, and the
+#: pages of DPT and XLand.
+PAGES = {"home": "", "headless-ad": "papers/headless-ad/", "dpt": "papers/dpt/", "xland": "xland/"}
 
 HARNESS = """<!doctype html><html><body>
 <iframe id="page" style="width: %(width)dpx; height: 2000px; border: 0"></iframe>
