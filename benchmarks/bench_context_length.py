@@ -23,13 +23,9 @@ import subprocess
 import sys
 
 from benchmarks import harness
-from icrl_jax.models.fields import REMAT_CPU_XLA_FLAG
+from icrl_jax.models.fields import REMAT_CPU_XLA_FLAG, add_remat_scheduler_flag
 
 HEADING = "## Context length: AD at XLand-100B's size, dense and blockwise attention"
-
-#: `--remat` rows run under XLA's memory-minimising CPU scheduler (the default one undoes
-#: rematerialisation: `models/fields.py`).
-REMAT_XLA_FLAG = REMAT_CPU_XLA_FLAG
 
 
 def measure_point(args, context: int, implementation: str) -> dict:
@@ -51,8 +47,8 @@ def measure_point(args, context: int, implementation: str) -> dict:
 def run_point(context: int, implementation: str, argv: list[str]) -> dict:
     """One point in a child process; its JSON, or what stopped it."""
     env = dict(os.environ)
-    if "--remat" in argv:
-        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), REMAT_XLA_FLAG]).strip()
+    if "--remat" in argv:  # XLA's default CPU scheduler undoes remat (models/fields.py)
+        add_remat_scheduler_flag(env)
     done = subprocess.run([sys.executable, "-m", "benchmarks.bench_context_length", *argv,
                            "--point", str(context), implementation],
                           capture_output=True, text=True, cwd=harness.ROOT, env=env)
@@ -108,7 +104,7 @@ def main(argv=None):
              f"`model.position={args.position}`, float32, batch {args.batch}, "
              f"{args.steps_per_call} optimiser step(s) a call, median of {args.rounds} calls after "
              f"the compiling one; one child process per row, peak RSS its own"
-             f"{'; remat rows: XLA_FLAGS=' + REMAT_XLA_FLAG if args.remat else ''}. MFU: model FLOPs "
+             f"{'; remat rows: XLA_FLAGS=' + REMAT_CPU_XLA_FLAG if args.remat else ''}. MFU: model FLOPs "
              f"(6N + 12 L d T per token) over a 4096^3 matmul's FLOP/s in the same process. "
              f"{harness.hardware_line()}. "
              f"`{harness.command_line('context_length')}`")

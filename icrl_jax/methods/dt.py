@@ -61,7 +61,8 @@ from icrl_jax.models.encoders import CNNEncoder
 from icrl_jax.models.trajectory_tokens import (MultiActionTokens, ReturnEmbedding, SingleActionToken,
                                        interleave_step_tokens, step_attention_mask)
 from icrl_jax.models.step_tokens import ObservationEmbedding
-from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_slots
+from icrl_jax.models.transformer import (RELATIVE_POSITIONS, DecodeCache, Transformer,
+                                         ring_cache_slots)
 from icrl_jax.models.compiled import Compiled
 
 
@@ -425,7 +426,7 @@ class DecisionTransformer(Method):
         or absent (`model.timestep_encoding` "timestep" or "none", whose backbone has no
         positions, or "position" with rotary or ALiBi ones), so that a step's tokens compute the same
         whatever their offset in the context."""
-        relative = self.backbone.position in ("rotary", "alibi", "none")
+        relative = self.backbone.position in RELATIVE_POSITIONS
         return relative and self.config.action_prediction == "state"
 
     def cache_slots(self, episode_length: int | None) -> int | None:

@@ -38,6 +38,7 @@ from icrl_jax.data.train_data import TrainData, on_device
 from icrl_jax.core.errors import UserError
 from icrl_jax.methods.base import Method
 from icrl_jax.models.heads import checked_temperature, select_actions
+from icrl_jax.models.transformer import RELATIVE_POSITIONS
 
 
 @flax.struct.dataclass
@@ -374,7 +375,7 @@ class InContextMethod(Method):
         key/value slots then decodes a rollout of any length exactly as the full pass computes
         it (`models/transformer.py`: `ring_cache_mask`); else 0."""
         window = int(self.config.attention_window)
-        relative = self.config.position in ("rotary", "alibi", "none")
+        relative = self.config.position in RELATIVE_POSITIONS
         return window if window > 0 and relative and not self.config.ngram_positions else 0
 
     @property

@@ -48,16 +48,23 @@ def memory_model_fields() -> dict:
 REMAT_CPU_XLA_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
-def use_remat_scheduler(config, environ: MutableMapping[str, str] = os.environ) -> bool:
-    """Add `REMAT_CPU_XLA_FLAG` to `XLA_FLAGS` when `config` trains with `model.remat` (models
-    without the field have nothing to recompute); call it before JAX starts. A scheduler chosen
-    in `XLA_FLAGS` already is left alone. Returns whether the config asks for remat."""
-    if not ("model" in config and "remat" in config.model and config.model.remat):
-        return False
+def add_remat_scheduler_flag(environ: MutableMapping[str, str]) -> None:
+    """Add `REMAT_CPU_XLA_FLAG` to `environ["XLA_FLAGS"]` (read when JAX starts), unless a
+    scheduler is chosen there already."""
     flags = environ.get("XLA_FLAGS", "")
     if REMAT_CPU_XLA_FLAG.split("=")[0] not in flags:
         environ["XLA_FLAGS"] = f"{flags} {REMAT_CPU_XLA_FLAG}".strip()
+
+
+def use_remat_scheduler(config, environ: MutableMapping[str, str] = os.environ) -> bool:
+    """`add_remat_scheduler_flag` when `config` trains with `model.remat` (models without the
+    field have nothing to recompute); call it before JAX starts. Returns whether the config
+    asks for remat."""
+    if not ("model" in config and "remat" in config.model and config.model.remat):
+        return False
+    add_remat_scheduler_flag(environ)
     return True
+
 
 #: What the memory fields take (core/validation.py).
 MEMORY_CONSTRAINTS = validation.declare("memory", (validation.boolean("model.remat"),))

@@ -29,6 +29,12 @@ from icrl_jax.models.ngram import NGramLayer, ngram_weights
 from icrl_jax.core.config import default_transformer_config  # noqa: F401 (re-export)
 
 POSITION_KINDS = ("learned", "rotary", "alibi", "none")
+#: Positions that encode a query's distance to each key, not where the pair sits: rotary's
+#: angles and ALiBi's slopes.
+DISTANCE_POSITIONS = ("rotary", "alibi")
+#: Positions under which a step's scores do not depend on its offset in the context (distances
+#: or none), so that cached keys and values stay exact when the context shifts.
+RELATIVE_POSITIONS = DISTANCE_POSITIONS + ("none",)
 
 #: The feed-forward's nonlinearity (`Transformer.activation`): GPT-2's tanh GELU (the default),
 #: the exact erf GELU, CLIP's text encoder's x * sigmoid(1.702 x), and ReLU (torch's

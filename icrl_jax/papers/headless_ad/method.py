@@ -38,7 +38,8 @@ from icrl_jax.methods.in_context import InContextMethod
 from icrl_jax.models.heads import MASKED_LOGIT, mask_logits
 from icrl_jax.models.ngram import config_ngram_ids
 from icrl_jax.models.step_tokens import ADStepTokens
-from icrl_jax.models.transformer import DecodeCache, Transformer, ring_cache_mask
+from icrl_jax.models.transformer import (DISTANCE_POSITIONS, DecodeCache, Transformer,
+                                         ring_cache_mask)
 from icrl_jax.models.compiled import Compiled
 
 EMBEDDING_KINDS = ("orthonormal", "normal")
@@ -299,7 +300,7 @@ class HeadlessAD(InContextMethod):
         """`InContextMethod.decode_window`, except with the action-set prompt and rotary or
         ALiBi positions: the prompt sits at position 0, so a step's distance to it grows with the
         rollout, past what a training window shows (such a model recomputes the window)."""
-        if self.model.prompt and self.config.position in ("rotary", "alibi"):
+        if self.model.prompt and self.config.position in DISTANCE_POSITIONS:
             return 0
         return super().decode_window
 
