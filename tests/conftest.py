@@ -13,11 +13,20 @@ which buy faster code for a longer compile (`_TEST_XLA_FLAGS`, added to `XLA_FLA
 workers and subprocesses; `tests/xla_flags.py` keeps them where a test sets a device count; the
 suite's times with and without are in `benchmarks/RESULTS.md`). Benchmarks and users' runs keep
 XLA's defaults.
+
+Hypothesis draws the same examples on every run (`derandomize`), so a CI run fails only on a
+change; `HYPOTHESIS_PROFILE=explore` draws fresh ones, to search for new failures.
 """
 
 import os
 import shutil
 import tempfile
+
+from hypothesis import settings
+
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 _DIR_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
 #: flag -> value; a flag the user set already keeps the user's value.
