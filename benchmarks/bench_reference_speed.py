@@ -2,7 +2,7 @@
 
     python -m benchmarks reference_speed --checkout <headless-ad checkout> \\
         [--ref-python <python with torch>] [--batches 4 32] [--dropouts 0 0.22] \\
-        [--steps 3] [--mem-limit-gb 12] [--out table.md]
+        [--steps 3] [--mem-limit-gb 12] [--set model.remat=true ...] [--out table.md]
 
 The paper's Bernoulli-bandit scale (Table 3): 4 layers, d 512, 64 heads, 300-step windows of
 20-arm histories, 128-wide action embeddings (their `token_embed_dim`); batch 4 and 32, with
@@ -19,8 +19,9 @@ forward pass, the loss, the backward pass, gradient clipping and the AdamW updat
 Each row is a subprocess of its own, one after the other: `--warmup` untimed steps (JAX
 compiles in the first), then `--steps` timed ones; peak memory is the child's maximum resident
 set (ru_maxrss). A child whose resident set passes `--mem-limit-gb` is killed and its row says
-so. Without torch in `--ref-python` their rows are skipped with one message. Prints a markdown
-table (also written to `--out`).
+so. Without torch in `--ref-python` their rows are skipped with one message. `--set KEY=VALUE`
+changes our rows' config (e.g. `model.remat=true`, `model.attention_block_size=128`); the table
+names it. Prints a markdown table (also written to `--out`).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ def child_ours(args) -> dict:
                        "model.embedding_dropout": 0.0, "train.batch_size": args.batch,
                        "train.seq_len": SCALE["steps"]}.items():
         set_dotted(config, key, value)
+    for key, value in parse_settings(args.set).items():
+        set_dotted(config, key, value)
     env = R.build_env(config)
     method = build_method(config, env)
     actions, rewards, arms = random_batch(np.random.default_rng(0), args.batch)
@@ -146,6 +149,22 @@ def timed(step, args, finish, **extra) -> dict:
                 load_average=os.getloadavg(), **extra)
 
 
+def parse_settings(settings: list[str]) -> dict:
+    """`["model.remat=true", ...]` -> {key: value}, values read as Python literals or strings."""
+    import ast
+    out = {}
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {setting!r}: expected KEY=VALUE")
+        lowered = {"true": "True", "false": "False"}.get(text.lower(), text)
+        try:
+            out[key] = ast.literal_eval(lowered)
+        except (ValueError, SyntaxError):
+            out[key] = text
+    return out
+
+
 def rss_gb(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -162,9 +181,15 @@ def run_child(python: str, layout: str, batch: int, dropout: float, args) -> dic
     command = [python, os.path.abspath(__file__), "--child", "--layout", layout,
                "--batch", str(batch), "--dropout", str(dropout), "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--checkout", args.checkout]
+    environ = dict(os.environ)
+    if layout != "theirs":
+        command += [f"--set={setting}" for setting in args.set]
+        if parse_settings(args.set).get("model.remat"):
+            from icrl_jax.models.fields import add_remat_scheduler_flag
+            add_remat_scheduler_flag(environ)  # on a CPU remat needs it (models/fields.py)
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=ROOT)
+                               cwd=ROOT, env=environ)
     peak = 0.0
     while process.poll() is None:
         peak = max(peak, rss_gb(process.pid))
@@ -197,6 +222,7 @@ def table(rows: list, args) -> str:
                   f"ops." if theirs_runs else "")
     skip = f" --skip {' '.join(args.skip)}" if args.skip else ""
     layouts = f" --layouts {' '.join(args.layouts)}" if list(args.layouts) != list(LAYOUTS) else ""
+    layouts += "".join(f" --set {setting}" for setting in args.set)
     # The checkout and python are named by their variables: paths are this machine's.
     lines = [f"Headless-AD training step at the paper's bandit scale (4 layers, d 512, 64 heads, "
              f"300 steps, 20 arms, embeddings 128); {args.warmup} warm-up + {args.steps} timed "
@@ -209,15 +235,19 @@ def table(rows: list, args) -> str:
              "| batch | attention dropout | implementation | s/step | steps/s | peak RSS (GB) "
              "| speed-up vs theirs | load (1 min) |",
              "|---|---|---|---|---|---|---|---|"]
+    def label(layout):
+        settings = ", ".join(args.set) if layout != "theirs" else ""
+        return f"{LABELS[layout]} ({settings})" if settings else LABELS[layout]
+
     for batch, dropout, layout, result in rows:
         theirs = next((r for b, d, lay, r in rows if (b, d, lay) == (batch, dropout, "theirs")), {})
         if "error" in result:
-            lines.append(f"| {batch} | {dropout:g} | {LABELS[layout]} | {result['error']} "
+            lines.append(f"| {batch} | {dropout:g} | {label(layout)} | {result['error']} "
                          f"| | | | |")
             continue
         ratio = (f"{theirs['s_per_step'] / result['s_per_step']:.1f}x"
                  if "s_per_step" in theirs and layout != "theirs" else "")
-        lines.append(f"| {batch} | {dropout:g} | {LABELS[layout]} | {result['s_per_step']:.2f} "
+        lines.append(f"| {batch} | {dropout:g} | {label(layout)} | {result['s_per_step']:.2f} "
                      f"| {result['steps_per_s']:.3f} | {result['peak_rss_gb']:.2f} | {ratio} "
                      f"| {result['load_average'][0]:.1f} |")
     return "\n".join(lines) + "\n"
@@ -237,6 +267,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--mem-limit-gb", type=float, default=12.0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config setting of our rows (repeatable), e.g. model.remat=true")
     parser.add_argument("--out", default="")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--layout", default="ours", help=argparse.SUPPRESS)

@@ -253,12 +253,14 @@ def measure_key_to_door(ngram: bool, calls: int, precision="fp32"):
     return training.measure_experiment(config, calls, 10, timer=_timer)
 
 
-def measure_headless_paper(batch: int, calls: int, precision="fp32"):
+def measure_headless_paper(batch: int, calls: int, precision="fp32", layout="ours"):
     """Headless-AD at the paper's bandit scale (Table 3: 4 layers, d 512, 64 heads, rotary, a
     300-step context) on Thompson-sampling histories of 64 bandits with 4-20 arms, one optimiser
-    step per jitted call (a step takes seconds on a CPU)."""
+    step per jitted call (a step takes seconds on a CPU). `layout`: `model.layout` ("reference":
+    the authors' 622 tokens)."""
     from icrl_jax.experiments.headless_ad.bernoulli_bandit import get_config
     config = get_config("")
+    config.model.layout = layout
     config.data.num_train_tasks = 64
     config.data.num_steps = config.train.seq_len
     config.data.source = "thompson_sampling"
@@ -293,6 +295,9 @@ ROWS_BEFORE_AFTER = {
     "medium": ("medium, 4x256, 8 heads, 64x200", lambda calls: measure(*SIZES["medium"], calls)),
     "headless_paper_4": ("Headless-AD paper scale, 4x512, 64 heads, batch 4 x 300",
                          lambda calls: measure_headless_paper(4, calls)),
+    "headless_reference_8": ("Headless-AD paper scale at the authors' token layout (622 tokens), "
+                             "batch 8", lambda calls: measure_headless_paper(8, calls,
+                                                                          layout="reference")),
     "unimask": ("Uni[MASK] DoorKey quick grid (dropout 0.1), 30 vmapped replicas of 2x64, 30x100x10",
                 lambda calls: measure_unimask(30, calls)),
     "gpt_dt": ("GPT-DT / DT quick (hopper shapes), 4x128, 4 heads, 32x60",

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -102,3 +104,12 @@ def test_gpu_attention_probe_counts_the_kernels_that_ran(monkeypatch):
     attention.dot_product_attention(q, q, q, mask, causal_from=0, implementation="blockwise")
     assert probe.take() == "blockwise x2, dense x1"
     assert probe.take() == "none"
+
+
+def test_reference_speed_settings_are_read_as_config_values():
+    from benchmarks.bench_reference_speed import parse_settings
+    assert parse_settings(["model.remat=true", "model.attention_block_size=128",
+                           "model.attention_impl=dense"]) == {
+        "model.remat": True, "model.attention_block_size": 128, "model.attention_impl": "dense"}
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        parse_settings(["model.remat"])
