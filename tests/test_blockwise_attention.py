@@ -12,7 +12,7 @@ from jax.extend.random import threefry_2x32
 from icrl_jax.models.alibi import AlibiBias
 from icrl_jax.models.attention import choose_implementation, dot_product_attention
 from icrl_jax.models.attention_masks import AttentionDropout, AttentionMask, rows_with_keys
-from icrl_jax.models.blockwise_attention import round_block
+from icrl_jax.models.blockwise_attention import auto_batch_chunk, blockwise_attention, round_block
 from icrl_jax.models.dropout import LEVELS
 
 BATCH, HEADS, HEAD_DIM, BLOCK = 2, 2, 8, 16
@@ -82,6 +82,44 @@ def test_blockwise_equals_dense_with_alibi_and_any_block_size():
         np.testing.assert_allclose(blocked, dense, atol=1e-5, rtol=1e-5)
         for got, want in zip(grads, dense_grads):
             np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", sorted(MASKS))
+def test_sequences_in_chunks_equal_all_at_once(kind):
+    """The batch one sequence at a time (`batch_chunk=1`) equals dense attention, values and
+    gradients, with dropout (its bits follow each sequence's absolute index) and ALiBi with
+    per-sequence positions."""
+    length = 2 * BLOCK + 5
+    q, k, v = _inputs(length, seed=3)
+    mask = MASKS[kind](length)
+    dropout = AttentionDropout.from_key(jax.random.PRNGKey(9), 0.3)
+    positions = jnp.stack([jnp.arange(length), jnp.arange(length) * 2 + 1])  # (B, T)
+    alibi = AlibiBias.create(HEADS, positions)
+    dense, dense_grads = _values_and_gradients("dense", mask, dropout, alibi)(q, k, v)
+
+    def loss(q, k, v):
+        return (blockwise_attention(q, k, v, mask, dropout, alibi, BLOCK, batch_chunk=1)
+                * jnp.cos(jnp.arange(HEAD_DIM))).sum()
+    chunked = jax.jit(lambda q, k, v: blockwise_attention(q, k, v, mask, dropout, alibi, BLOCK,
+                                                          batch_chunk=1))(q, k, v)
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    np.testing.assert_allclose(chunked, dense, atol=1e-5, rtol=1e-5)
+    for got, want in zip(grads, dense_grads):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="does not divide"):
+        blockwise_attention(q, k, v, mask, batch_chunk=3)
+
+
+def test_the_batch_is_chunked_only_where_blocks_would_be_the_smallest():
+    """Split where `batch` x `heads` score matrices push the block to 32 on a long sequence:
+    the authors' Headless-AD layout at batch 32 (64 heads, 622 tokens) in chunks of 2 with
+    blocks of 128; not at batch 4, nor on sequences too short for such blocks, nor at
+    XLand-100B's AD size."""
+    assert auto_batch_chunk(32, 64, 622) == (2, 128)
+    assert auto_batch_chunk(4, 64, 622) == (4, 64)
+    assert auto_batch_chunk(64, 8, 200) == (64, 32)
+    assert auto_batch_chunk(8, 8, 4096) == (8, 128)
+    assert auto_batch_chunk(9, 64, 622) == (1, 128)  # a divisor of the batch
 
 
 def test_blockwise_matches_a_written_out_softmax():

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from icrl_jax.models.attention_masks import sequence_rows
+
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
     """float32 `(num_heads,)`: each head's slope (largest first)."""
@@ -67,6 +69,11 @@ class AlibiBias(NamedTuple):
     def dense(self, rows: int, cols: int) -> jax.Array:
         """The whole term, float32 `(B or 1, H, rows, cols)`."""
         return self.block(0, rows, 0, cols)
+
+    def batch_rows(self, start, count: int) -> "AlibiBias":
+        """The term of sequences `[start, start + count)` (positions with one row serve all)."""
+        return self._replace(query_positions=sequence_rows(self.query_positions, start, count),
+                             key_positions=sequence_rows(self.key_positions, start, count))
 
     def padded(self, rows: int, cols: int) -> "AlibiBias":
         """Positions padded (with zeros) to `rows` queries and `cols` keys."""

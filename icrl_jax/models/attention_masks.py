@@ -22,6 +22,14 @@ import jax.numpy as jnp
 from icrl_jax.models.dropout import LEVELS, threefry2x32
 
 
+def sequence_rows(x: jax.Array | None, start, count: int) -> jax.Array | None:
+    """Rows `[start, start + count)` of a per-sequence array `(B, ...)` (`start` may be
+    traced); an array of one row (it serves every sequence) or None as it is."""
+    if x is None or x.shape[0] == 1:
+        return x
+    return jax.lax.dynamic_slice_in_dim(x, start, count)
+
+
 @flax.struct.dataclass
 class AttentionMask:
     """Which keys query i may attend to: key j where all of these hold:
@@ -78,6 +86,11 @@ class AttentionMask:
     def dense(self, rows: int, cols: int) -> jax.Array:
         """The whole mask, bool `(B or 1, 1, rows, cols)`."""
         return self.block(0, rows, 0, cols)
+
+    def batch_rows(self, start, count: int) -> "AttentionMask":
+        """The mask of sequences `[start, start + count)` (`start` may be traced)."""
+        return self.replace(explicit=sequence_rows(self.explicit, start, count),
+                            key_valid=sequence_rows(self.key_valid, start, count))
 
     def padded(self, rows: int, cols: int) -> "AttentionMask":
         """The same mask with `explicit` and `key_valid` padded (with False) to `rows` queries and
@@ -141,6 +154,7 @@ class AttentionDropout(NamedTuple):
     key_words: jax.Array  # uint32 (2,)
     threshold: jax.Array  # uint32 (): keep when the 16-bit uniform is below it
     scale: jax.Array  # float32 (): 1 / (threshold / 2^16), the kept weights' scale
+    first_row: jax.Array | int = 0  # the batch index of `keep`'s first sequence
 
     @classmethod
     def from_key(cls, key: jax.Array, rate) -> "AttentionDropout":
@@ -152,10 +166,17 @@ class AttentionDropout(NamedTuple):
         return cls(jax.random.bits(key, (2,), jnp.uint32), threshold,
                    1.0 / jnp.maximum(kept, 1.0 / LEVELS))
 
+    def batch_rows(self, start) -> "AttentionDropout":
+        """The draw of sequences from `start` on (`start` may be traced): its `keep(b, ...)` is
+        this one's `keep(start + b, ...)`."""
+        return self._replace(first_row=self.first_row + start)
+
     def keep(self, batch: int, heads: int, row0, rows: int, col0, cols: int) -> jax.Array:
         """bool `(batch, heads, rows, cols)`: the keep bits of queries `[row0, row0 + rows)` and
-        keys `[col0, col0 + cols)` (row0 and col0 may be traced)."""
-        index = (jnp.arange(batch, dtype=jnp.uint32)[:, None] * jnp.uint32(heads)
+        keys `[col0, col0 + cols)` (row0 and col0 may be traced) of sequences `first_row` to
+        `first_row + batch`."""
+        sequence = jnp.asarray(self.first_row, jnp.uint32) + jnp.arange(batch, dtype=jnp.uint32)
+        index = (sequence[:, None] * jnp.uint32(heads)
                  + jnp.arange(heads, dtype=jnp.uint32)[None, :])
         head0, head1 = threefry2x32(self.key_words[0], self.key_words[1], index, jnp.uint32(0))
         row = (jnp.asarray(row0, jnp.uint32) + jnp.arange(rows, dtype=jnp.uint32))[:, None]

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from icrl_jax.models.alibi import AlibiBias
-from icrl_jax.models.attention_masks import AttentionDropout, AttentionMask
+from icrl_jax.models.attention_masks import AttentionDropout, AttentionMask, sequence_rows
 from icrl_jax.models.matmul import contract_tokens
 
 #: Block sizes are rounded up to a multiple of this (whole vector registers of float32).
@@ -48,6 +48,27 @@ def auto_block(batch: int, heads: int, length: int) -> int:
     return block
 
 
+#: The block of a batch split into chunks (`auto_batch_chunk`), and the score elements of one
+#: chunk's block over its sequences and heads (8 MiB of float32).
+CHUNKED_BLOCK = 128
+CHUNK_ELEMENTS = 2 * BLOCK_ELEMENTS
+
+
+def auto_batch_chunk(batch: int, heads: int, length: int) -> tuple[int, int]:
+    """(sequences per pass of the block loops, block). All sequences and `auto_block`, unless
+    so many score matrices (`batch` x `heads`) push `auto_block` down to 32 on a sequence long
+    enough for `CHUNKED_BLOCK`: then blocks of `CHUNKED_BLOCK` over chunks of the batch (the
+    largest divisor of `batch` within `CHUNK_ELEMENTS`), one chunk after another. Fewer loop
+    steps over larger products: the attention's forward and backward 1.35x at the authors'
+    Headless-AD layout, 32 x 64 heads of 8 over 622 tokens (chunks of 2; 1.26x in chunks of 4
+    with blocks of 64, 0.92x one sequence at a time with blocks of 256)."""
+    block = auto_block(batch, heads, length)
+    if block > 32 or length / 4 < CHUNKED_BLOCK:
+        return batch, block
+    fits = max(CHUNK_ELEMENTS // (heads * CHUNKED_BLOCK ** 2), 1)
+    return max(c for c in range(1, min(fits, batch) + 1) if batch % c == 0), CHUNKED_BLOCK
+
+
 def round_block(block_size: int, length: int) -> int:
     """The block used for `length` tokens: `block_size` rounded up to a multiple of
     `BLOCK_MULTIPLE`, no longer than `length` rounded up the same way."""
@@ -58,15 +79,33 @@ def round_block(block_size: int, length: int) -> int:
 
 def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask,
                         dropout: AttentionDropout | None = None, alibi: AlibiBias | None = None,
-                        block_size: int = 0) -> jax.Array:
+                        block_size: int = 0, batch_chunk: int = 0) -> jax.Array:
     """softmax(q k^T / sqrt(Dh) + alibi) over the keys `mask` allows, dropped by `dropout`,
     times v, in blocks: q `(B, T, H, Dh)`, k and v `(B, S, H, Dh)` -> `(B, T, H, Dh)`.
 
     `block_size`: the query and key block (rounded up to a multiple of `BLOCK_MULTIPLE`); 0:
-    `auto_block`. A query with no allowed key gets zeros (as dense attention's). Equal to dense
-    attention (`attention.dot_product_attention` with `implementation="dense"`) for any
-    `block_size`, in values and gradients, up to float rounding."""
+    `auto_block`. `batch_chunk`: sequences per pass (a divisor of B); 0: `auto_batch_chunk`.
+    A query with no allowed key gets zeros (as dense attention's). Equal to dense attention
+    (`attention.dot_product_attention` with `implementation="dense"`) for any `block_size` and
+    `batch_chunk`, in values and gradients, up to float rounding."""
     batch, length, heads, head_dim = q.shape
+    if not batch_chunk:
+        batch_chunk, auto = auto_batch_chunk(batch, heads, length)
+        block_size = block_size or auto
+    if batch % batch_chunk:
+        raise ValueError(f"batch_chunk={batch_chunk} does not divide the batch, {batch}")
+    if batch_chunk < batch:
+        def chunk(index):
+            start = index * batch_chunk
+            def rows(x):
+                return sequence_rows(x, start, batch_chunk)
+            return blockwise_attention(
+                rows(q), rows(k), rows(v), mask.batch_rows(start, batch_chunk),
+                None if dropout is None else dropout.batch_rows(start),
+                None if alibi is None else alibi.batch_rows(start, batch_chunk),
+                block_size, batch_chunk)
+        out = jax.lax.map(chunk, jnp.arange(batch // batch_chunk))
+        return out.reshape(q.shape)
     keys = k.shape[1]
     block_size = block_size or auto_block(batch, heads, length)
     block_q, block_k = round_block(block_size, length), round_block(block_size, keys)
