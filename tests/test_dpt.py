@@ -280,6 +280,21 @@ def test_bad_inputs_are_one_clear_error():
     config.dpt.comparisons = {"ucb": 1.0}
     with pytest.raises(ConfigValueError, match="dpt.comparisons"):
         validate(config)
+    # The compared sources are built only at evaluation: their names and arguments are checked
+    # before anything runs, each error naming the key.
+    for comparisons, message in [
+            ({"ucbb": {}}, r"^config dpt.comparisons: 'ucbb' is not a registered source; did you "
+                           r"mean 'ucb'\?$"),
+            ({"ucb": {"alphaa": 1.0}}, r"^config dpt.comparisons.ucb.alphaa is not an argument of "
+                                       r"source 'ucb'")]:
+        for key in ("dpt.comparisons", "dpt.offline_comparisons"):
+            config = dpt_config()
+            config[key.split(".")[0]][key.split(".")[1]] = comparisons
+            with pytest.raises(ConfigValueError, match=message.replace("dpt.comparisons", key)):
+                validate(config)
+    config = dpt_config()
+    config.dpt.comparisons = {"ucb": {"bonus": 2.0}, "empirical_mean": {}}
+    validate(config)
 
 
 def test_xland_histories_are_labelled_with_their_expert_actions_and_views_one_hot():

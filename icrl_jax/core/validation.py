@@ -25,6 +25,7 @@ held-out tasks than the env has) or the device count run when those are given.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -55,8 +56,10 @@ class Constraint:
     `rule` says what it asks ("must be a positive integer"; or `rule(*args)` gives it);
     `example` is a valid value of the
     key (or `example(value)` gives one), or, for a relation, `example(*values) -> "key=value"`:
-    a setting that satisfies it. `needs`: "" (the config alone), "env" (`check(env, *values)`: the built environment) or
-    "devices" (`check(num_devices, *values)`). `when`: `(key, value)` pairs the config must
+    a setting that satisfies it. `needs`: "" (the config alone), "config" (`check(config,
+    *values)`: the whole config, for a rule that reads what other constraints declare), "env"
+    (`check(env, *values)`: the built environment) or "devices" (`check(num_devices,
+    *values)`). `when`: `(key, value)` pairs the config must
     have for the constraint to apply (a part's arguments: `(("env.name", "darkroom"),)`).
     `message(*args)`, where given, is the whole error message."""
 
@@ -142,9 +145,9 @@ def validate(config, env: Any = None, *, num_devices: int | None = None) -> None
     broken one (single fields first, then relations, then those needing `env` or
     `num_devices`, which are skipped when not given)."""
     constraints = [c for _, group in CONSTRAINTS.items() for c in group]
-    order = {"": 0, "devices": 1, "env": 2}
+    order = {"": 0, "config": 1, "devices": 2, "env": 3}
     constraints.sort(key=lambda c: (order[c.needs], len(c.keys) > 1))  # stable
-    contexts = {"": None, "env": env, "devices": num_devices}
+    contexts = {"": None, "config": config, "env": env, "devices": num_devices}
     for constraint in constraints:
         context = contexts[constraint.needs]
         if constraint.needs and context is None:
@@ -365,6 +368,30 @@ def declared_kwargs(part: str, name: str) -> list[str] | None:
     return sorted({k[len(prefix):] for c in group for k in c.keys if k.startswith(prefix)})
 
 
+def kwargs_violation(config, part: str, name: str, kwargs, label: str) -> str | None:
+    """Why `kwargs` cannot be the constructor arguments of `part` ("source") `name` elsewhere in
+    `config` (a section listing several, e.g. sources to compare), as its declared rules
+    (`kwargs_of`) would say of `<part's kwargs key>`, but naming `label`; None if they pass.
+    A name with no declared rules is not registered."""
+    if declared_kwargs(part, name) is None:
+        known = sorted(group.split(":", 1)[1] for group, _ in CONSTRAINTS.items()
+                       if group.startswith(f"{part}:"))
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"config {label}: {name!r} is not a registered {_PART_NAMES[part]}{hint}"
+    name_key, kwargs_key = PARTS[part]
+    probe = copy.deepcopy(config)
+    section, _, field = name_key.partition(".")
+    probe[section][field] = name
+    section, _, field = kwargs_key.partition(".")
+    probe[section][field] = type(probe[section][field])(dict(kwargs))
+    for constraint in dict(CONSTRAINTS.items())[f"{part}:{name}"]:
+        message = None if constraint.needs else constraint.violation(probe)
+        if message is not None:
+            return message.replace(kwargs_key, f"{label}.{name}")
+    return None
+
+
 def no_effect(key: str, default: Any, when: tuple[tuple[str, Any], ...] | Callable[..., bool],
               reason: str, needs: Sequence[str] = ()) -> Constraint:
     """A setting that has no effect in some configs: refused when it is not `default` and
@@ -382,6 +409,6 @@ def no_effect(key: str, default: Any, when: tuple[tuple[str, Any], ...] | Callab
 
 __all__ = ["CONSTRAINTS", "ConfigValueError", "Constraint", "PARTS", "boolean", "choice",
            "constrained_keys", "declare", "declared_kwargs", "env_requirement", "fraction", "int_tuple", "integer",
-           "is_int", "is_number", "kwargs_of", "no_effect", "non_negative", "non_negative_int",
+           "is_int", "is_number", "kwargs_of", "kwargs_violation", "no_effect", "non_negative", "non_negative_int",
            "number", "optional", "pair", "positive", "positive_int", "relation", "string",
            "subset", "validate"]

@@ -45,7 +45,27 @@ def _named_kwargs(value) -> bool:
                                            for k, v in value.items())
 
 
-#: What the DPT fields take (core/validation.py); source names are checked where they are built.
+def _comparison_violation(config, comparisons, label: str) -> str | None:
+    """The first comparison source (name -> kwargs) that is not registered or whose kwargs
+    break its declared rules, as a message naming `label`."""
+    for name, kwargs in comparisons.items():
+        message = validation.kwargs_violation(config, "source", name, kwargs, label)
+        if message is not None:
+            return message
+    return None
+
+
+def _comparisons_constraint(key: str) -> validation.Constraint:
+    """The sources of `key` (a `_named_kwargs` mapping) are registered and take their kwargs,
+    checked before anything runs (they are built only at evaluation)."""
+    def violation(config, comparisons):
+        return _comparison_violation(config, comparisons, key) if _named_kwargs(comparisons) \
+            else None
+    return validation.Constraint((key,), "", lambda config, value: violation(config, value) is None,
+                                 "", needs="config", message=violation)
+
+
+#: What the DPT fields take (core/validation.py).
 DPT_CONSTRAINTS = validation.declare("dpt", (
     validation.boolean("model.shuffle_context"), validation.boolean("dpt.offline"),
     validation.non_negative_int("dpt.offline_steps", 0), validation.string("dpt.offline_source", "dirichlet_mixture"),
@@ -53,6 +73,7 @@ DPT_CONSTRAINTS = validation.declare("dpt", (
                  _named_kwargs, "\"{'ucb': {}}\""),
     validation.Constraint(("dpt.offline_comparisons",), "must map source names to their kwargs",
                  _named_kwargs, "\"{'lcb': {}}\""),
+    _comparisons_constraint("dpt.comparisons"), _comparisons_constraint("dpt.offline_comparisons"),
     validation.boolean("dpt.compare_ad"),
     validation.Constraint(("dpt.ad_model",), "must be a mapping of AD's model fields",
                           lambda value: hasattr(value, "keys"), "\"{'position': 'rotary'}\""),
