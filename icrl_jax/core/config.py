@@ -62,13 +62,17 @@ def default_transformer_config() -> ml_collections.ConfigDict:
     ))
 
 
+#: `model.position`'s kinds (`models.transformer.Transformer` builds each).
+POSITION_KINDS = ("learned", "rotary", "alibi", "none")
+
+
 #: What the `model` fields take (core/validation.py). `finalize` raises `max_len` to
 #: `train.seq_len`, so the position table always covers a training window. The model features'
 #: fields beside the transformer's (n-gram layers) are declared in `models/fields.py`.
 MODEL_CONSTRAINTS = validation.declare("model", (
     validation.positive_int("model.num_layers", 2), validation.positive_int("model.d_model", 64),
     validation.positive_int("model.num_heads", 4), validation.positive("model.mlp_ratio", 4),
-    validation.boolean("model.pre_norm"), validation.choice("model.position", ("learned", "rotary", "alibi", "none")),
+    validation.boolean("model.pre_norm"), validation.choice("model.position", POSITION_KINDS),
     validation.positive_int("model.max_len", 256),
     validation.fraction("model.embedding_dropout"), validation.fraction("model.residual_dropout"),
     validation.fraction("model.attention_dropout"),

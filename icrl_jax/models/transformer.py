@@ -21,14 +21,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from icrl_jax.core.config import POSITION_KINDS
 from icrl_jax.models.attention import BLOCK_SIZE, BLOCKWISE_FROM, MultiHeadAttention
 from icrl_jax.models.attention_masks import AttentionMask
 from icrl_jax.models.dropout import Dropout
 from icrl_jax.models.matmul import dense_dot_general
 from icrl_jax.models.ngram import NGramLayer, ngram_weights
-from icrl_jax.core.config import default_transformer_config  # noqa: F401 (re-export)
 
-POSITION_KINDS = ("learned", "rotary", "alibi", "none")
 #: Positions that encode a query's distance to each key, not where the pair sits: rotary's
 #: angles and ALiBi's slopes.
 DISTANCE_POSITIONS = ("rotary", "alibi")
@@ -473,6 +472,5 @@ def flops_per_token(num_params_nonembedding: int, num_layers: int, d_model: int,
     return 6.0 * num_params_nonembedding + 12.0 * num_layers * d_model * context
 
 
-__all__: Sequence[str] = ("Transformer", "DecodeCache", "default_transformer_config",
-                          "ring_cache_mask", "ring_cache_slots",
+__all__: Sequence[str] = ("Transformer", "DecodeCache", "ring_cache_mask", "ring_cache_slots",
                           "count_params", "flops_per_token")
