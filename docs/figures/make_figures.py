@@ -648,6 +648,59 @@ def figure_bench_train(root: str, out: str) -> list[str]:
     return [save(fig, out, "bench_training.png")]
 
 
+def figure_long_contexts(root: str, out: str) -> list[str]:
+    """Peak memory of AD at XLand-100B's size against the context (blockwise attention with
+    remat), and our Headless-AD training step's speed-up over the authors' at their layout."""
+    path = os.path.join(root, BENCHMARKS)
+    rows = [r for r in table_rows(path, "Context length: AD at XLand-100B's size", "context")
+            if plain(r["attention"]) == "blockwise + remat" and r["peak RSS (GiB)"].strip()]
+    if not rows:
+        raise FigureInputError(f"{path}: no 'blockwise + remat' rows in the context-length table")
+    context = np.array([number(r["context"]) for r in rows])
+    memory = np.array([number(r["peak RSS (GiB)"]) for r in rows])
+    section = "On idle cores, after blockwise attention splits the batch"
+    speed = [dict(zip([plain(h) for h in t.header], row)) for t in read_tables(path)
+             if t.section.startswith(section) for row in t.rows]
+    speed = [r for r in speed if r.get("speed-up vs theirs", "").strip().endswith("x")]
+    if not speed:
+        raise FigureInputError(f"{path}: no speed-up rows under a heading {section!r}")
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.4),
+                                      gridspec_kw=dict(width_ratios=(1, 1.1), wspace=0.75))
+    order = np.argsort(context)
+    left.plot(context[order], memory[order], "o-", color=OURS, lw=2, label="measured")
+    slope, intercept = np.polyfit(context, memory, 1)
+    left.plot(context[order], slope * context[order] + intercept, "--", color=PAPER,
+              label=f"linear fit: {slope * 1024:.1f} GiB per 1,024 tokens")
+    for x, y in zip(context, memory):
+        left.annotate(f"{y:.1f} GiB", (x, y), textcoords="offset points", xytext=(-6, 4),
+                      ha="right", fontsize=8)
+    left.set_xticks(context[order], [f"{c:,.0f}" for c in context[order]])
+    left.set_xlabel("context (tokens)")
+    left.set_ylabel("peak host memory (GiB)")
+    left.set_ylim(0, memory.max() * 1.2)
+    left.set_xlim(0, context.max() * 1.1)
+    left.set_title("AD 8x512, batch 8: blockwise attention + remat", fontsize=10)
+    left.legend(frameon=False, fontsize=8, loc="upper left")
+    labels = [f"batch {plain(r['batch'])}, dropout {plain(r['attention dropout'])}\n"
+              f"{textwrap_label(plain(r['implementation']).removeprefix('ours, '), 34)}"
+              for r in speed]
+    ratio = np.array([numbers(r["speed-up vs theirs"])[0] for r in speed])
+    y = np.arange(len(speed))[::-1]
+    right.barh(y, ratio, color=[OURS if v >= 2 else SOURCE for v in ratio])
+    right.axvline(1, color="black", lw=1)
+    right.axvline(2, color=PAPER, ls="--", lw=1)
+    right.text(2, y.max() + 0.6, " the goal, 2x", fontsize=8, color="#616161", va="center")
+    for yi, v in zip(y, ratio):
+        right.text(v, yi, f" {v:.1f}x", va="center", fontsize=8)
+    right.set_yticks(y, labels, fontsize=7)
+    right.set_xlim(0, max(ratio.max(), 2) * 1.2)
+    right.set_ylim(-0.7, y.max() + 1.1)
+    right.set_xlabel("training step: the authors' PyTorch time / ours (2 idle cores)")
+    right.set_title("Headless-AD at the paper's bandit scale (their layout: 622 tokens)", fontsize=10)
+    return [save(fig, out, "long_contexts.png")]
+
+
 # ---- the environments ---------------------------------------------------------------------------
 
 def grid_path(env, params, state, targets, steps: int):
@@ -812,6 +865,7 @@ FIGURES = {
     "bench_envs": figure_bench_envs,
     "bench_eval": figure_bench_eval,
     "bench_train": figure_bench_train,
+    "long_contexts": figure_long_contexts,
     "envs": figure_envs,
 }
 

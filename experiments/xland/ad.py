@@ -1,13 +1,13 @@
 """AD on XLand-MiniGrid: XLand-100B's AD baseline (`dunnolab/xland-minigrid-datasets`,
 `baselines/ad`), with the learning histories made on device or read from their HDF5 files.
 
-Paper scale (default), their `configs/xland.yaml`: 8 layers, hidden 512, 8 heads, observation
-embedding 64, 4,096-step context, learning rate 1e-3 (5% warm-up, Adam betas 0.9 / 0.99, no
-weight decay, gradient clip 1), embedding dropout 0.1, batch 64. The histories are our recurrent
-PPO's (`data.builder='xland_ppo'`) on trivial rulesets of XLand-MiniGrid-R1-9x9: 256 training
-rulesets x 32 histories of 16,384 steps (XLand-Trivial-20B has 10,000 x 32 of 60,928), and
-64 held-out rulesets, on which AD acts in context for 16,384 steps beside the PPO source and
-a random policy.
+Paper scale (default), their `configs/xland.yaml` and model: 8 layers, hidden 512, 8 heads,
+ALiBi positions, observation embedding 64, 4,096-step context, learning rate 1e-3 (5% warm-up,
+Adam betas 0.9 / 0.99, no weight decay, gradient clip 1), embedding dropout 0.1, batch 64.
+The histories are our recurrent PPO's (`data.builder='xland_ppo'`) on trivial rulesets of
+XLand-MiniGrid-R1-9x9: 256 training rulesets x 32 histories of 16,384 steps (XLand-Trivial-20B
+has 10,000 x 32 of 60,928), and 64 held-out rulesets, on which AD acts in context for 16,384
+steps beside the PPO source and a random policy.
 
 Presets:
 * `quick` (minutes on a 2-core CPU): a 6 x 6 room (the R1 layout at a size xminigrid builds but
@@ -49,7 +49,7 @@ def xland_config():
     config.model.update(dict(d_model=512, num_layers=8, num_heads=8, embedding_dropout=0.1,
                              residual_dropout=0.0, attention_dropout=0.0, label_smoothing=0.0,
                              observation_encoder="xland", encoder_dim=64, encoder_channels=(256,),
-                             position="rotary", attention_window=4096))
+                             position="alibi", attention_window=4096))
     config.train.update(dict(num_steps=50_000, batch_size=64, seq_len=4096, learning_rate=1e-3,
                              warmup_steps=2500, b1=0.9, b2=0.99, weight_decay=0.0, grad_clip=1.0,
                              steps_per_call=100, log_every=100, checkpoint_every=2500))
@@ -73,6 +73,7 @@ QUICK = cpu_preset(train_steps=1000, batch_size=16, seq_len=256, learning_rate=1
     "model.encoder_dim": 32,
     "model.encoder_channels": (64,),
     "model.attention_window": 128,
+    "model.position": "rotary",  # what its recorded results (experiments/xland/RESULTS.md) used
     "eval.num_steps": 2048,
     "eval.num_envs_per_task": 8,
     "eval.greedy": False,  # the small model's argmax loops; sampling follows the source's policy

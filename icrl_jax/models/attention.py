@@ -158,7 +158,7 @@ CAUSAL_QUERY_BLOCK = 64
 #: `dot_product_attention`'s implementations (`model.attention_impl`): "auto" picks per call.
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "cudnn", "pallas")
 #: Default query and key block of blockwise attention (`model.attention_block_size`); 0: by
-#: the shapes (`blockwise_attention.auto_block`).
+#: the shapes (`blockwise_attention.auto_batch_chunk`).
 BLOCK_SIZE = 0
 #: Sequence length from which "auto" takes blockwise attention over dense attention where no
 #: fused kernel applies (`model.attention_blockwise_from`): on a CPU blockwise attention is as
