@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -210,7 +211,7 @@ def _tmpfs(path, size: str) -> bool:
 
 
 def test_a_real_full_disk_during_a_checkpoint_is_one_line_and_resumes(tmp_path):
-    """On a real 400 KiB tmpfs (where this process may mount one): the dataset fits, the first
+    """On a real 400 KiB tmpfs (where this process may mount one): the dataset fits, a
     checkpoint does not; then with room, the run resumes and ends."""
     disk = tmp_path / "disk"
     if not _tmpfs(disk, "400k"):
@@ -221,8 +222,11 @@ def test_a_real_full_disk_during_a_checkpoint_is_one_line_and_resumes(tmp_path):
         assert out.returncode == 2, out.stderr[-3000:]
         assert "Traceback" not in out.stderr, out.stderr[-3000:]
         last = out.stderr.strip().splitlines()[-1]
-        assert last == (f"icrl-jax: cannot write checkpoint {workdir}/checkpoints/10: no space "
-                        f"left on the device"), out.stderr[-3000:]
+        # The first checkpoint that does not fit: 10, or 20 where 10 just fits (orbax's files
+        # vary by some bytes between runs).
+        assert re.fullmatch(rf"icrl-jax: cannot write checkpoint {re.escape(str(workdir))}"
+                            rf"/checkpoints/(10|20): no space left on the device", last), \
+            out.stderr[-3000:]
         subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
         again = run_cli("train", "--config", DARKROOM, f"--config.workdir={workdir}",
                         *tiny_flags())
