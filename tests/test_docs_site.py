@@ -34,8 +34,9 @@ SNIPPET = "docs/snippets/from_python.py"
 
 WIDTH = 1280
 #: Pages measured and photographed: the home page, the paper page with the widest tables, and the
-#: pages of DPT and XLand.
-PAGES = {"home": "", "headless-ad": "papers/headless-ad/", "dpt": "papers/dpt/", "xland": "xland/"}
+#: pages of DPT, XLand and long contexts.
+PAGES = {"home": "", "headless-ad": "papers/headless-ad/", "dpt": "papers/dpt/", "xland": "xland/",
+         "long-contexts": "guides/long-contexts/"}
 
 HARNESS = """<!doctype html><html><body>
 <iframe id="page" style="width: %(width)dpx; height: 2000px; border: 0"></iframe>
