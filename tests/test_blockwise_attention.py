@@ -114,12 +114,13 @@ def test_the_batch_is_chunked_only_where_blocks_would_be_the_smallest():
     """Split where `batch` x `heads` score matrices push the block to 32 on a long sequence:
     the authors' Headless-AD layout at batch 32 (64 heads, 622 tokens) in chunks of 2 with
     blocks of 128; not at batch 4, nor on sequences too short for such blocks, nor at
-    XLand-100B's AD size."""
+    XLand-100B's AD size, nor with the batch sharded over several devices."""
     assert auto_batch_chunk(32, 64, 622) == (2, 128)
     assert auto_batch_chunk(4, 64, 622) == (4, 64)
     assert auto_batch_chunk(64, 8, 200) == (64, 32)
     assert auto_batch_chunk(8, 8, 4096) == (8, 128)
     assert auto_batch_chunk(9, 64, 622) == (1, 128)  # a divisor of the batch
+    assert auto_batch_chunk(32, 64, 622, devices=2) == (32, 32)  # a sharded batch stays whole
 
 
 def test_blockwise_matches_a_written_out_softmax():

@@ -54,16 +54,17 @@ CHUNKED_BLOCK = 128
 CHUNK_ELEMENTS = 2 * BLOCK_ELEMENTS
 
 
-def auto_batch_chunk(batch: int, heads: int, length: int) -> tuple[int, int]:
+def auto_batch_chunk(batch: int, heads: int, length: int, devices: int = 1) -> tuple[int, int]:
     """(sequences per pass of the block loops, block). All sequences and `auto_block`, unless
     so many score matrices (`batch` x `heads`) push `auto_block` down to 32 on a sequence long
     enough for `CHUNKED_BLOCK`: then blocks of `CHUNKED_BLOCK` over chunks of the batch (the
     largest divisor of `batch` within `CHUNK_ELEMENTS`), one chunk after another. Fewer loop
     steps over larger products: the attention's forward and backward 1.35x at the authors'
     Headless-AD layout, 32 x 64 heads of 8 over 622 tokens (chunks of 2; 1.26x in chunks of 4
-    with blocks of 64, 0.92x one sequence at a time with blocks of 256)."""
+    with blocks of 64, 0.92x one sequence at a time with blocks of 256). Never on several
+    `devices`: the batch is sharded over them, and slicing it in a loop would gather it."""
     block = auto_block(batch, heads, length)
-    if block > 32 or length / 4 < CHUNKED_BLOCK:
+    if block > 32 or length / 4 < CHUNKED_BLOCK or devices > 1:
         return batch, block
     fits = max(CHUNK_ELEMENTS // (heads * CHUNKED_BLOCK ** 2), 1)
     return max(c for c in range(1, min(fits, batch) + 1) if batch % c == 0), CHUNKED_BLOCK
@@ -90,7 +91,7 @@ def blockwise_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: Attentio
     `batch_chunk`, in values and gradients, up to float rounding."""
     batch, length, heads, head_dim = q.shape
     if not batch_chunk:
-        batch_chunk, auto = auto_batch_chunk(batch, heads, length)
+        batch_chunk, auto = auto_batch_chunk(batch, heads, length, jax.device_count())
         block_size = block_size or auto
     if batch % batch_chunk:
         raise ValueError(f"batch_chunk={batch_chunk} does not divide the batch, {batch}")
