@@ -126,6 +126,7 @@ def child_ours(args) -> dict:
     state = T.TrainState(jnp.int32(0), params, optimizer.init(params))
     step_fn = jax.jit(lambda state, key: T.gradient_step(method, optimizer, state, batch, key),
                       donate_argnums=0)
+    T.compile_first(step_fn, state, key)  # as `train` does
     box = {"state": state, "key": key}
 
     def step():

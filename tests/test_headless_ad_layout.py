@@ -78,6 +78,15 @@ def test_reference_layout_builds_the_reference_method():
     assert not isinstance(build(model_config(layout="ours")), ReferenceHeadlessAD)
 
 
+def test_reference_backbone_takes_the_settings_of_how_it_computes():
+    """The attention implementation, its block and remat reach the authors' backbone (they were
+    not read, so `--config.model.remat=True` changed nothing at this layout)."""
+    settings = dict(attention_impl="blockwise", attention_block_size=64,
+                    attention_blockwise_from=128, remat=True)
+    backbone = build(model_config(layout="reference", **settings)).reference.backbone
+    assert {field: getattr(backbone, field) for field in settings} == settings
+
+
 def test_reference_method_predicts_loss_and_policy_as_the_authors():
     """Their outputs at the reward tokens, their InfoNCE loss (on `pred[:, :-1]`) and their
     policy, from our windows through the method's own predict / loss / context_logits."""

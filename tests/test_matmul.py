@@ -1,13 +1,20 @@
 """`models/matmul.py`: the token-contracting products and the dense layers' `dot_general` give
 what the plain products give, values and gradients, with the same parameters."""
 
+import os
+import subprocess
+import sys
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from icrl_jax.models.matmul import contract_tokens, dense_dot_general
+from icrl_jax.models.fields import REMAT_CPU_XLA_FLAG
+from icrl_jax.models.matmul import after, contract_tokens, dense_dot_general
+from icrl_jax.models.transformer import ActivatedDense, silu_gate
+from xla_flags import xla_flags
 
 
 @pytest.mark.parametrize("narrow, wide", [(3, 7), (7, 3), (5, 5)])
@@ -74,3 +81,78 @@ def test_products_other_than_a_dense_layers_go_to_dot_general():
     c = jax.random.normal(jax.random.PRNGKey(9), (3, 7))
     np.testing.assert_array_equal(dense_dot_general(a, c, leading),
                                   jax.lax.dot_general(a, c, leading))
+
+
+def _gelu(x):
+    return nn.gelu(x, approximate=True)
+
+
+@pytest.mark.parametrize("activation, inputs, use_bias", [
+    (silu_gate, 2, False),   # a SwiGLU's down projection
+    (_gelu, 1, True),        # GPT-2's feed-forward's second layer
+])
+def test_activated_dense_is_a_dense_layer_on_the_activation(activation, inputs, use_bias):
+    """Same parameters (names, shapes, initial values) as `nn.Dense` on the activation's
+    output, and the same outputs and gradients of inputs and parameters."""
+    keys = jax.random.split(jax.random.PRNGKey(10), inputs)
+    xs = tuple(jax.random.normal(key, (3, 10, 24)) for key in keys)
+    plain = nn.Dense(8, use_bias=use_bias)
+    ours = ActivatedDense(8, activation, use_bias)
+    params = plain.init(jax.random.PRNGKey(11), activation(*xs))
+    mine = ours.init(jax.random.PRNGKey(11), *xs)
+    assert jax.tree.structure(mine) == jax.tree.structure(params)
+    for a, b in zip(jax.tree.leaves(mine), jax.tree.leaves(params)):
+        np.testing.assert_array_equal(a, b)
+    cotangent = jax.random.normal(jax.random.PRNGKey(12), (3, 10, 8))
+
+    def results(apply):
+        out, pull = jax.vjp(apply, params, *xs)
+        return (out,) + pull(cotangent)
+    expected = jax.jit(lambda: results(lambda p, *h: plain.apply(p, activation(*h))))()
+    got = jax.jit(lambda: results(lambda p, *h: ours.apply(p, *h)))()
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_after_leaves_values_unchanged():
+    x = jax.random.normal(jax.random.PRNGKey(13), (4, 5))
+    y = jax.random.normal(jax.random.PRNGKey(14), (3, 2))
+    np.testing.assert_array_equal(jax.jit(after)(x, y), x)
+
+
+_FEED_FORWARD_TEMP_BYTES = """
+import jax, jax.numpy as jnp
+from icrl_jax.models.matmul import activated_product, dense_dot_general
+from icrl_jax.models.transformer import silu_gate
+
+def dense(x, kernel):
+    return dense_dot_general(x, kernel, (((1,), (0,)), ((), ())))
+
+def stack(kernels, x, ours):
+    for gate, up, down in kernels:
+        g, u = dense(x, gate), dense(x, up)
+        x = x + (activated_product(silu_gate, (g, u), down) if ours else dense(silu_gate(g, u), down))
+    return jnp.sum(x ** 2)
+
+keys = jax.random.split(jax.random.key(0), 12)
+kernels = [tuple(jax.random.normal(keys[3 * i + j], shape) / 8 for j, shape in
+                 enumerate([(64, 256), (64, 256), (256, 64)])) for i in range(4)]
+x = jnp.ones((4096, 64))
+for ours in (False, True):
+    grad = jax.jit(jax.grad(lambda k, x: stack(k, x, ours)))
+    print(grad.lower(kernels, x).compile().memory_analysis().temp_size_in_bytes)
+"""
+
+
+def test_feed_forwards_keep_two_hidden_layers_a_block_for_the_backward_pass():
+    """A 4-block SwiGLU stack's gradient (4,096 tokens, hidden 256: 4 MiB a hidden tensor)
+    holds at most the inputs of each block's activation (gate and up) and a few block's work,
+    where the plain products keep five hidden tensors a block (gate, up, sigmoid, silu and the
+    product), under the CPU scheduler flag that `train` uses."""
+    env = dict(os.environ, XLA_FLAGS=" ".join([xla_flags(os.environ), REMAT_CPU_XLA_FLAG]))
+    out = subprocess.run([sys.executable, "-c", _FEED_FORWARD_TEMP_BYTES], capture_output=True,
+                         text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    plain, ours = (int(line) for line in out.stdout.split())
+    hidden = 4096 * 256 * 4
+    assert ours <= 0.6 * plain, (ours / hidden, plain / hidden)

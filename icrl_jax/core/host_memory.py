@@ -1,4 +1,5 @@
-"""Host memory: back XLA's large CPU buffers with transparent huge pages.
+"""Host memory: back XLA's large CPU buffers with transparent huge pages, and give back what the
+compiler freed.
 
 XLA's CPU runtime mallocs each call's output and temporary buffers and frees them afterwards.
 glibc serves a large allocation from a fresh anonymous mapping and unmaps it on free, so every
@@ -11,6 +12,12 @@ pages (`madvise(MADV_HUGEPAGE)`) on what it maps, so such a buffer costs a fault
 about 380 faults for that tensor. Large models' training steps gain most, the small one nothing
 (`benchmarks/RESULTS.md`). (Reusing freed memory instead, with one arena and no mmap, spared the
 faults as well but slowed the small model.)
+
+Compiling a large program leaves hundreds of MB that XLA has freed in glibc's heaps, which glibc
+keeps; the program's own buffers, allocated when it first runs, then come on top of them in the
+process's peak. `release_freed_memory` returns such free memory to the system (glibc's
+`malloc_trim`): `train` calls it between compiling its step and running it (0.3-0.4 GB of the
+Headless-AD paper-scale step's peak, `benchmarks/RESULTS.md`).
 
 glibc reads its tunables only when a process starts, so `icrl-jax` re-executes itself once
 with the tunable added (`reexec_with_huge_pages`) before anything else runs. Set
@@ -58,3 +65,12 @@ def reexec_with_huge_pages() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os.execve(sys.executable, sys.orig_argv, environment)
+
+
+def release_freed_memory() -> bool:
+    """Return the memory glibc holds free (in its heaps, not used by any allocation) to the
+    system: `malloc_trim(0)`. Returns whether it ran (False elsewhere than glibc)."""
+    if not _is_glibc():
+        return False
+    ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+    return True

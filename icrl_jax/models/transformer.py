@@ -15,17 +15,18 @@ never in copies of this network.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.linen.dtypes import promote_dtype
 
 from icrl_jax.core.config import POSITION_KINDS
 from icrl_jax.models.attention import BLOCK_SIZE, BLOCKWISE_FROM, MultiHeadAttention
 from icrl_jax.models.attention_masks import AttentionMask
 from icrl_jax.models.dropout import Dropout
-from icrl_jax.models.matmul import dense_dot_general
+from icrl_jax.models.matmul import activated_product, dense_dot_general
 from icrl_jax.models.ngram import NGramLayer, ngram_weights
 
 #: Positions that encode a query's distance to each key, not where the pair sits: rotary's
@@ -61,6 +62,35 @@ def make_norm(kind: str, epsilon: float, name: str) -> nn.Module:
     raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
 
 
+class ActivatedDense(nn.Module):
+    """`activation(*inputs) @ kernel + bias` with `nn.Dense`'s parameters and initialisers: a
+    feed-forward's second layer that keeps only its `inputs` (each `(..., K)`) for the backward
+    pass and recomputes the activation there (`matmul.activated_product`) -> `(..., features)`.
+    The same values and gradients as `nn.Dense(features)(activation(*inputs))`, in less memory:
+    a SwiGLU keeps 2 hidden-layer tensors a block instead of 5, a GELU feed-forward 1 of 2."""
+
+    features: int
+    activation: Callable
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, *inputs):
+        width = inputs[0].shape[-1]
+        kernel = self.param("kernel", nn.initializers.lecun_normal(), (width, self.features))
+        bias = (self.param("bias", nn.initializers.zeros_init(), (self.features,))
+                if self.use_bias else None)
+        *inputs, kernel = promote_dtype(*inputs, kernel, dtype=None)
+        rows = tuple(x.reshape(-1, width) for x in inputs)
+        out = activated_product(self.activation, rows, kernel)
+        out = out.reshape(inputs[0].shape[:-1] + (self.features,))
+        return out if bias is None else out + bias.astype(out.dtype)
+
+
+def silu_gate(gate: jax.Array, up: jax.Array) -> jax.Array:
+    """SwiGLU's hidden layer: silu(gate) * up."""
+    return nn.silu(gate) * up
+
+
 class SwiGLU(nn.Module):
     """`down(silu(gate(x)) * up(x))`: gate and up map to `hidden` features, down back to
     `features` (xformers' SwiGLU with w1 = gate, w2 = up, w3 = down)."""
@@ -75,8 +105,7 @@ class SwiGLU(nn.Module):
                         name="gate")(x)
         up = nn.Dense(self.hidden, use_bias=self.use_bias, dot_general=dense_dot_general,
                       name="up")(x)
-        return nn.Dense(self.features, use_bias=self.use_bias, dot_general=dense_dot_general,
-                        name="down")(nn.silu(gate) * up)
+        return ActivatedDense(self.features, silu_gate, self.use_bias, name="down")(gate, up)
 
 
 class DecodeCache(NamedTuple):
@@ -144,12 +173,14 @@ class Block(nn.Module):
         norm1 = make_norm(self.norm, self.norm_epsilon, "norm1")
         norm2 = make_norm(self.norm, self.norm_epsilon, "norm2")
         hidden = self.mlp_hidden or self.mlp_ratio * x.shape[-1]  # 0 / None: the ratio
-        if self.mlp_type == "dense":
-            mlp = nn.Sequential([nn.Dense(hidden, use_bias=self.mlp_bias,
-                                          dot_general=dense_dot_general),
-                                 ACTIVATIONS[self.activation],
-                                 nn.Dense(x.shape[-1], use_bias=self.mlp_bias,
-                                          dot_general=dense_dot_general)], name="mlp")
+        if self.mlp_type == "dense":  # parameters Dense_0, Dense_1 of the block (GPT-2's names)
+            first = nn.Dense(hidden, use_bias=self.mlp_bias, dot_general=dense_dot_general,
+                             name="Dense_0")
+            second = ActivatedDense(x.shape[-1], ACTIVATIONS[self.activation], self.mlp_bias,
+                                    name="Dense_1")
+
+            def mlp(h):
+                return second(first(h))
         elif self.mlp_type == "swiglu":
             mlp = SwiGLU(hidden, x.shape[-1], self.mlp_bias, name="mlp")
         else:
@@ -237,10 +268,13 @@ class Transformer(nn.Module):
         kwargs.update(overrides)
         return cls(**kwargs)
 
+    #: Fields that change how the same function is computed (its memory and speed), not what:
+    #: models built on the Transformer pass them on from their config.
+    EXECUTION_FIELDS = ("attention_impl", "attention_block_size", "attention_blockwise_from",
+                        "remat")
     #: Fields that change only training (dropout), or only shapes the checkpointer compares.
     _NOT_IN_SIGNATURE = ("embedding_dropout", "residual_dropout", "attention_dropout", "max_len",
-                         "num_layers", "num_heads", "mlp_ratio", "mlp_hidden", "attention_impl",
-                         "attention_block_size", "attention_blockwise_from", "remat")
+                         "num_layers", "num_heads", "mlp_ratio", "mlp_hidden", *EXECUTION_FIELDS)
 
     @classmethod
     def changed_settings(cls, config) -> dict:

@@ -38,6 +38,7 @@ from icrl_jax.core.config import TRACED_HYPERPARAMETERS
 from icrl_jax.data.train_data import TrainData
 from icrl_jax.core.distributed import is_main_process
 from icrl_jax.core.errors import UserError
+from icrl_jax.core.host_memory import release_freed_memory
 from icrl_jax.core.logging_utils import MetricsLogger, progress
 
 #: Hyperparameters that never change a shape: traced in replica training, hence vmappable.
@@ -250,6 +251,15 @@ def init_state(build: Callable, data: TrainData, key: jax.Array, hyper=None) -> 
     return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params))
 
 
+def compile_first(jitted: Callable, *args) -> None:
+    """Compile `jitted` for `args` ahead of its first call, then return the memory the compiler
+    freed to the system before that call allocates the program's buffers (else a process's
+    peak holds both: `core/host_memory.release_freed_memory`). The call then reuses the
+    program."""
+    jitted.lower(*args).compile()
+    release_freed_memory()
+
+
 def check_step_config(config) -> None:
     if config.num_steps % config.steps_per_call:
         raise ValueError(f"train.num_steps={config.num_steps} must be a multiple of "
@@ -319,6 +329,8 @@ def _fit(build: Callable, data: TrainData, config, workdir: str, signature: dict
     try:
         while step < end:
             batch = arrays if loader is None else next(loader)
+            if last is None:
+                compile_first(train_steps, state, batch, seed_keys, hyper)
             state, metrics = train_steps(state, batch, seed_keys, hyper)
             metrics = jax.device_get(metrics)
             _check_finite(metrics, step, good_step)  # before anything of this call is saved

@@ -10,7 +10,9 @@ It trains and evaluates through the normal `icrl-jax train` path.
 
 Of the model fields it reads `d_model`, `num_layers`, `num_heads`, `action_embed_dim` (their
 `token_embed_dim`), `prompt`, `tau`, `mlp_hidden` (their `intermediate_size`; 0: 4 d),
-`attention_dropout` and `residual_dropout`; the other block fields
+`attention_dropout` and `residual_dropout`, and the fields that choose only how the backbone
+computes (`Transformer.EXECUTION_FIELDS`: the attention implementation and block, `remat`); the
+other block fields
 (`norm`, `mlp_type`, `position`, ...) are the authors' and are not read. Evaluation recomputes the
 sliding window at every step (no key/value cache): each step costs a full pass over
 `2 L + A` tokens.
@@ -30,6 +32,7 @@ import numpy as np
 from icrl_jax.core.errors import UserError
 from icrl_jax.data.windows import StepWindows
 from icrl_jax.models.heads import mask_logits
+from icrl_jax.models.transformer import Transformer
 from icrl_jax.papers.headless_ad import reference_layout as RL
 from icrl_jax.papers.headless_ad.method import LAYOUTS, HeadlessAD, embed_actions
 
@@ -97,7 +100,9 @@ class ReferenceHeadlessAD(HeadlessAD):
             int(model_config.num_layers), int(model_config.num_heads),
             int(model_config.mlp_hidden) or None,
             attention_dropout=float(model_config.attention_dropout),
-            residual_dropout=float(model_config.residual_dropout))
+            residual_dropout=float(model_config.residual_dropout),
+            **{field: model_config[field] for field in Transformer.EXECUTION_FIELDS
+               if field in model_config})
         self.reference = RL.ReferenceBanditModel(
             "headless", int(model_config.d_model), self.embed_dim, backbone,
             prompt=bool(model_config.prompt))
