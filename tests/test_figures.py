@@ -51,16 +51,13 @@ BENCHMARKS = """# Benchmark results
 | 1,024 | blockwise + remat | 0.0147 | 120 | 76% | 4.21 | x |
 | 512 | blockwise + remat, default CPU scheduler | 0.0175 | 72 | 62% | 3.16 | x |
 
-#### On idle cores, after blockwise attention splits the batch (the latest runs)
+### Against the authors' model, in one run
 
-| batch | attention dropout | implementation | s/step | peak RSS (GB) | speed-up vs theirs |
-|---|---|---|---|---|---|
-| 32 | 0 | authors' code (PyTorch, CPU port) | 16.64 | 5.53 | |
-| 32 | 0 | ours, chunks of 2 with blocks of 128 | 17.44 | 7.28 | 1.0x |
-
-| batch | attention dropout | implementation | s/step | peak RSS (GB) | speed-up vs theirs |
-|---|---|---|---|---|---|
-| 4 | 0.22 | ours, layout=reference | 3.47 | 1.78 | 2.7x |
+| batch | attention dropout | implementation | s/step | peak RSS (GB) | speed-up vs theirs | RSS vs theirs |
+|---|---|---|---|---|---|---|
+| 32 | 0 | authors' code (PyTorch, CPU port) | 19.01 | 5.70 | | |
+| 32 | 0 | ours | 22.82 | 5.57 | 0.8x | 0.98x |
+| 4 | 0.22 | ours, memory-minimising CPU scheduler | 4.17 | 1.26 | 2.7x | 0.20x |
 """
 
 DPT = "\n".join([
