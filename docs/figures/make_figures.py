@@ -694,7 +694,7 @@ def figure_long_contexts(root: str, out: str) -> list[str]:
     right.text(2, y.max() + 0.6, " the goal, 2x", fontsize=8, color="#616161", va="center")
     for yi, v, m in zip(y, ratio, memory_ratio):
         right.text(v, yi, f" {v:.1f}x" + (f" in {m} their memory" if m else ""), va="center",
-                   fontsize=8)
+                   fontsize=8, bbox=dict(facecolor="white", edgecolor="none", pad=1))
     right.set_yticks(y, labels, fontsize=7)
     right.set_xlim(0, max(ratio.max(), 2) * 1.6)
     right.set_ylim(-0.7, y.max() + 1.1)
