@@ -20,8 +20,8 @@ Each row is a subprocess of its own, one after the other: `--warmup` untimed ste
 compiles in the first), then `--steps` timed ones; peak memory is the child's maximum resident
 set (ru_maxrss). A child whose resident set passes `--mem-limit-gb` is killed and its row says
 so. Without torch in `--ref-python` their rows are skipped with one message. `--set KEY=VALUE`
-changes our rows' config (e.g. `model.remat=true`, `model.attention_block_size=128`); the table
-names it. Prints a markdown table (also written to `--out`).
+changes our rows' config (e.g. `model.remat=true`, `model.memory_scheduler=true`,
+`model.attention_block_size=128`); the table names it. Prints a markdown table (also written to `--out`).
 """
 
 from __future__ import annotations
@@ -185,9 +185,10 @@ def run_child(python: str, layout: str, batch: int, dropout: float, args) -> dic
     environ = dict(os.environ)
     if layout != "theirs":
         command += [f"--set={setting}" for setting in args.set]
-        if parse_settings(args.set).get("model.remat"):
-            from icrl_jax.models.fields import add_remat_scheduler_flag
-            add_remat_scheduler_flag(environ)  # on a CPU remat needs it (models/fields.py)
+        from icrl_jax.models.fields import MEMORY_SCHEDULER_FIELDS, add_remat_scheduler_flag
+        settings = parse_settings(args.set)
+        if any(settings.get(f"model.{field}") for field in MEMORY_SCHEDULER_FIELDS):
+            add_remat_scheduler_flag(environ)  # as the CLI does (models/fields.py)
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                cwd=ROOT, env=environ)

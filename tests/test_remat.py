@@ -74,18 +74,22 @@ def test_remat_holds_less_memory_under_the_cpu_flag():
     assert remat < 0.7 * plain
 
 
-def test_the_cli_sets_the_cpu_scheduler_flag_only_for_a_remat_config():
+def test_the_cli_sets_the_cpu_scheduler_flag_only_for_a_config_that_asks():
     import ml_collections
-    from icrl_jax.models.fields import use_remat_scheduler
+    from icrl_jax.models.fields import use_memory_scheduler
     environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    assert not use_remat_scheduler(ml_collections.ConfigDict({"model": {"remat": False}}), environ)
-    assert not use_remat_scheduler(ml_collections.ConfigDict({"lm": {}}), environ)
+    assert not use_memory_scheduler(ml_collections.ConfigDict({"model": {"remat": False}}), environ)
+    assert not use_memory_scheduler(ml_collections.ConfigDict({"lm": {}}), environ)
     assert environ == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     remat = ml_collections.ConfigDict({"model": {"remat": True}})
-    assert use_remat_scheduler(remat, environ)
+    assert use_memory_scheduler(remat, environ)
     assert environ["XLA_FLAGS"] == f"--xla_force_host_platform_device_count=2 {REMAT_CPU_XLA_FLAG}"
-    assert use_remat_scheduler(remat, environ)  # once only
+    assert use_memory_scheduler(remat, environ)  # once only
     assert environ["XLA_FLAGS"].count(REMAT_CPU_XLA_FLAG) == 1
+    asked = {}
+    assert use_memory_scheduler(ml_collections.ConfigDict(
+        {"model": {"remat": False, "memory_scheduler": True}}), asked)
+    assert asked == {"XLA_FLAGS": REMAT_CPU_XLA_FLAG}
     chosen = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=true"}
-    use_remat_scheduler(remat, chosen)  # the user's choice stands
+    use_memory_scheduler(remat, chosen)  # the user's choice stands
     assert chosen == {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=true"}

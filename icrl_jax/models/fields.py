@@ -36,9 +36,17 @@ def memory_model_fields() -> dict:
     return dict(
         # Recompute each transformer block's activations in the backward pass rather than keep
         # them (`Transformer.remat`): long contexts train in less memory, same gradients (on a
-        # CPU with REMAT_CPU_XLA_FLAG in XLA_FLAGS, which the CLI sets: use_remat_scheduler).
+        # CPU with REMAT_CPU_XLA_FLAG in XLA_FLAGS, which the CLI sets: use_memory_scheduler).
         remat=False,
+        # On a CPU, XLA's memory-minimising scheduler (REMAT_CPU_XLA_FLAG, set by the CLI) without
+        # remat: a lower peak for a slower step, the same values (the Headless-AD step at the
+        # authors' layout, batch 32: 0.70x the peak, 1.15x the time; benchmarks/RESULTS.md).
+        memory_scheduler=False,
     )
+
+
+#: The `config.model` fields that ask for `REMAT_CPU_XLA_FLAG` (any of them true).
+MEMORY_SCHEDULER_FIELDS = ("remat", "memory_scheduler")
 
 
 #: On a CPU, `model.remat` saves memory only under this XLA flag, in `XLA_FLAGS` before JAX
@@ -56,18 +64,20 @@ def add_remat_scheduler_flag(environ: MutableMapping[str, str]) -> None:
         environ["XLA_FLAGS"] = f"{flags} {REMAT_CPU_XLA_FLAG}".strip()
 
 
-def use_remat_scheduler(config, environ: MutableMapping[str, str] = os.environ) -> bool:
-    """`add_remat_scheduler_flag` when `config` trains with `model.remat` (models without the
-    field have nothing to recompute); call it before JAX starts. Returns whether the config
-    asks for remat."""
-    if not ("model" in config and "remat" in config.model and config.model.remat):
+def use_memory_scheduler(config, environ: MutableMapping[str, str] = os.environ) -> bool:
+    """`add_remat_scheduler_flag` when `config` sets `model.remat` or `model.memory_scheduler`
+    (`MEMORY_SCHEDULER_FIELDS`; configs without them leave XLA's default); call it before JAX
+    starts. Returns whether the config asks for it."""
+    model = config["model"] if "model" in config else {}
+    if not any(field in model and model[field] for field in MEMORY_SCHEDULER_FIELDS):
         return False
     add_remat_scheduler_flag(environ)
     return True
 
 
 #: What the memory fields take (core/validation.py).
-MEMORY_CONSTRAINTS = validation.declare("memory", (validation.boolean("model.remat"),))
+MEMORY_CONSTRAINTS = validation.declare("memory", tuple(
+    validation.boolean(f"model.{field}") for field in MEMORY_SCHEDULER_FIELDS))
 
 
 #: What the n-gram layers' fields take (core/validation.py).

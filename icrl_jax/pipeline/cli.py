@@ -29,7 +29,7 @@ from ml_collections import config_flags
 
 from icrl_jax.core.config import check_key
 from icrl_jax.core.cpu_devices import use_one_device_per_core
-from icrl_jax.models.fields import use_remat_scheduler
+from icrl_jax.models.fields import use_memory_scheduler
 from icrl_jax.core.errors import UserError, did_you_mean
 from icrl_jax.core.host_memory import reexec_with_huge_pages
 from icrl_jax.core.registry import COMMANDS
@@ -82,7 +82,7 @@ def _run(argv: list[str]) -> None:
         raise UserError("--runs, --out and --labels aggregate finished runs and take no --config; "
                         "with --config the outputs go to the config's workdir")
     # Before anything touches a device: on a CPU remat saves memory only under this scheduler.
-    use_remat_scheduler(_CONFIG.value)
+    use_memory_scheduler(_CONFIG.value)
     from icrl_jax.core import distributed
     # A multi-process run joins before anything touches a device: looking a command up imports
     # the modules that register commands, and gymnax computes on import.
