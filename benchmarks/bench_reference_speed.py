@@ -21,7 +21,8 @@ compiles in the first), then `--steps` timed ones; peak memory is the child's ma
 set (ru_maxrss). A child whose resident set passes `--mem-limit-gb` is killed and its row says
 so. Without torch in `--ref-python` their rows are skipped with one message. `--set KEY=VALUE`
 changes our rows' config (e.g. `model.remat=true`, `model.memory_scheduler=true`,
-`model.attention_block_size=128`); the table names it. Prints a markdown table (also written to `--out`).
+`model.attention_block_size=128`); the table names it. Prints a markdown table (also written
+to `--out`).
 """
 
 from __future__ import annotations

@@ -12,10 +12,9 @@ Of the model fields it reads `d_model`, `num_layers`, `num_heads`, `action_embed
 `token_embed_dim`), `prompt`, `tau`, `mlp_hidden` (their `intermediate_size`; 0: 4 d),
 `attention_dropout` and `residual_dropout`, and the fields that choose only how the backbone
 computes (`Transformer.EXECUTION_FIELDS`: the attention implementation and block, `remat`); the
-other block fields
-(`norm`, `mlp_type`, `position`, ...) are the authors' and are not read. Evaluation recomputes the
-sliding window at every step (no key/value cache): each step costs a full pass over
-`2 L + A` tokens.
+other block fields (`norm`, `mlp_type`, `position`, ...) are the authors' and are not read.
+Evaluation recomputes the sliding window at every step (no key/value cache): each step costs a
+full pass over `2 L + A` tokens.
 
 Refused, in one line each: another env than the Bernoulli bandit (their token layout has no
 observation and a two-row reward table), an attention window, n-gram layers, reward-gated action
