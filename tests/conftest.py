@@ -5,7 +5,9 @@ same tiny models, so the same programs would compile again in every process. The
 temporary folder per run, shared by the xdist workers and every subprocess through JAX's own
 environment variables (read when jax is imported, so this runs before any test module imports it),
 and removed at the end. A damaged or half-written entry only costs a recompile: JAX warns and
-compiles again. Programs with host callbacks are never cached by JAX.
+compiles again. Programs with host callbacks are never cached by JAX. Only programs that took JAX's
+default minimum (a second) to compile are written: writing every eager op's program as well
+(minimum 0) crashed a worker deep into a run, in XLA's executable serialisation.
 
 The tests compile far more than they run (tiny models, a few steps each), so XLA's CPU backend
 compiles them with LLVM's optimisation level 0 and without its newer fusion emitters, both of
@@ -44,7 +46,6 @@ def pytest_configure(config):
     if os.environ.get(_DIR_VARIABLE):
         return  # the user's own cache
     os.environ[_DIR_VARIABLE] = tempfile.mkdtemp(prefix="icrl_jax_test_xla_cache_")
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     config._icrl_jax_cache_dir = os.environ[_DIR_VARIABLE]
 
